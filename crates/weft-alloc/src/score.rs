@@ -1,0 +1,43 @@
+//! Node scoring for the scheduler.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{AllocError, PreparedNode};
+
+/// Scoring knobs.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ScoreConfig {
+    /// Weight (0..1) of the remainder-quality term; the rest goes to the set's link quality.
+    pub remainder_weight: f64,
+}
+
+impl Default for ScoreConfig {
+    fn default() -> Self {
+        ScoreConfig { remainder_weight: 0.2 }
+    }
+}
+
+/// A node's fit for a pod.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeFit {
+    /// 1..=100.
+    pub score: u8,
+    /// The set the pod would get.
+    pub gpus: Vec<usize>,
+    /// Pair-score sum of that set.
+    pub set_score: u32,
+}
+
+/// Score a node (placeholder).
+pub fn score_node(node: &PreparedNode, free: &[usize], count: usize, cfg: &ScoreConfig) -> Result<NodeFit, AllocError> {
+    let _ = (node, free, count, cfg);
+    Err(AllocError::ZeroCount)
+}
+
+/// Free GPUs that have NVLink peers on the node but no free one.
+pub fn stranded_gpus(node: &PreparedNode, free_mask: u128) -> usize {
+    (0..node.len())
+        .filter(|&g| free_mask & (1u128 << g) != 0)
+        .filter(|&g| node.nvlink_peers(g) != 0 && node.nvlink_peers(g) & free_mask == 0)
+        .count()
+}

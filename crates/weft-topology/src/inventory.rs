@@ -1,0 +1,328 @@
+//! The node inventory: weft's own versioned JSON/YAML description of a node. Unlike `topo -m` text it
+//! carries both relations of every GPU pair. Format reference: `docs/topology.md`.
+//!
+//! ```yaml
+//! apiVersion: weft.io/v1alpha1
+//! kind: NodeTopology
+//! name: dgx-a100-01
+//! nvlinkGeneration: nvlink3
+//! pcieGeneration: 4
+//! gpus:
+//!   - {index: 0, uuid: GPU-…, pciBusId: "0000:07:00.0", numaNode: 3, cpuAffinity: "48-63,176-191"}
+//! links:                     # every unordered GPU pair exactly once
+//!   - {gpus: [0, 1], pcie: PXB, nvlinks: 12}
+//! nics:
+//!   - {name: mlx5_0}
+//! nicLinks:
+//!   - {gpu: 0, nic: mlx5_0, pcie: PXB}
+//! ```
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::TopologyError;
+use crate::model::{CpuTopology, Gpu, Nic, NodeTopology, NvlinkGeneration, PairLink, PcieGeneration, PcieRelation};
+use crate::smi::parse_topo_matrix;
+
+/// The `apiVersion` this build writes and reads.
+pub const API_VERSION: &str = "weft.io/v1alpha1";
+/// The `kind` of a node inventory document.
+pub const KIND: &str = "NodeTopology";
+
+/// Serialised form of [`NodeTopology`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Inventory {
+    /// Always [`API_VERSION`].
+    pub api_version: String,
+    /// Always [`KIND`].
+    pub kind: String,
+    /// Node name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// NVLink generation (`nvlink1` … `nvlink5`, `nvlink3-ga102`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlink_generation: Option<NvlinkGeneration>,
+    /// PCIe generation of the GPU links.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_generation: Option<u8>,
+    /// Inter-socket bandwidth, GB/s per direction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inter_socket_gbps: Option<f64>,
+    /// GPUs in index order.
+    pub gpus: Vec<Gpu>,
+    /// Every unordered GPU pair once.
+    #[serde(default)]
+    pub links: Vec<LinkEntry>,
+    /// NICs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nics: Vec<Nic>,
+    /// GPU–NIC PCIe relations.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nic_links: Vec<NicLinkEntry>,
+    /// CPU/NUMA layout.
+    #[serde(default)]
+    pub cpus: CpuTopology,
+}
+
+/// Both relations of one GPU pair.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkEntry {
+    /// The two GPU indices.
+    pub gpus: [u32; 2],
+    /// PCIe relation; `null` when the source did not say (text dumps, NVLinked pairs).
+    pub pcie: Option<PcieRelation>,
+    /// NVLink count.
+    #[serde(default)]
+    pub nvlinks: u8,
+}
+
+/// The PCIe relation of one GPU–NIC pair.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NicLinkEntry {
+    /// GPU index.
+    pub gpu: u32,
+    /// NIC name as in `nics`.
+    pub nic: String,
+    /// Relation.
+    pub pcie: PcieRelation,
+}
+
+impl Inventory {
+    /// The inventory of a node.
+    pub fn from_node(node: &NodeTopology) -> Inventory {
+        let n = node.gpu_count();
+        let mut links = Vec::with_capacity(n * n.saturating_sub(1) / 2);
+        for a in 0..n {
+            for b in (a + 1)..n {
+                let l = node.link(a, b);
+                links.push(LinkEntry { gpus: [a as u32, b as u32], pcie: l.pcie, nvlinks: l.nvlinks });
+            }
+        }
+        let mut nic_links = Vec::new();
+        for g in 0..n {
+            for (k, nic) in node.nics.iter().enumerate() {
+                if let Some(r) = node.nic_link(g, k) {
+                    nic_links.push(NicLinkEntry { gpu: g as u32, nic: nic.name.clone(), pcie: r });
+                }
+            }
+        }
+        Inventory {
+            api_version: API_VERSION.to_string(),
+            kind: KIND.to_string(),
+            name: node.name.clone(),
+            nvlink_generation: node.nvlink_generation,
+            pcie_generation: node.pcie_generation.map(|g| g.0),
+            inter_socket_gbps: node.inter_socket_gbps,
+            gpus: node.gpus.clone(),
+            links,
+            nics: node.nics.clone(),
+            nic_links,
+            cpus: node.cpus.clone(),
+        }
+    }
+
+    /// Check the document and build the node. Errors name the field (`links[3]`, `nicLinks[0].nic`).
+    pub fn into_node(self) -> Result<NodeTopology, TopologyError> {
+        if self.api_version != API_VERSION {
+            return Err(TopologyError::Invalid(format!(
+                "apiVersion is '{}'; this build reads '{API_VERSION}'",
+                self.api_version
+            )));
+        }
+        if self.kind != KIND {
+            return Err(TopologyError::Invalid(format!("kind is '{}'; expected '{KIND}'", self.kind)));
+        }
+        let n = self.gpus.len();
+        let mut links = vec![PairLink::default(); n * n];
+        let mut seen = vec![false; n * n];
+        for (i, e) in self.links.iter().enumerate() {
+            let [a, b] = e.gpus;
+            let (a, b) = (a as usize, b as usize);
+            if a >= n || b >= n {
+                return Err(TopologyError::Invalid(format!(
+                    "links[{i}]: GPU{} is not among the {n} GPUs",
+                    if a >= n { a } else { b }
+                )));
+            }
+            if a == b {
+                return Err(TopologyError::Invalid(format!("links[{i}]: a GPU cannot link to itself (GPU{a})")));
+            }
+            if seen[a * n + b] {
+                return Err(TopologyError::Invalid(format!("links[{i}]: pair GPU{a}-GPU{b} listed twice")));
+            }
+            if e.pcie.is_none() && e.nvlinks == 0 {
+                return Err(TopologyError::Invalid(format!(
+                    "links[{i}]: pair GPU{a}-GPU{b} has neither a PCIe relation nor NVLinks"
+                )));
+            }
+            seen[a * n + b] = true;
+            seen[b * n + a] = true;
+            let l = PairLink { pcie: e.pcie, nvlinks: e.nvlinks };
+            links[a * n + b] = l;
+            links[b * n + a] = l;
+        }
+        for a in 0..n {
+            for b in (a + 1)..n {
+                if !seen[a * n + b] {
+                    return Err(TopologyError::Invalid(format!(
+                        "links: pair GPU{a}-GPU{b} is missing; list every GPU pair once"
+                    )));
+                }
+            }
+        }
+        let m = self.nics.len();
+        let mut nic_links = vec![None; n * m];
+        for (i, e) in self.nic_links.iter().enumerate() {
+            let k = self.nics.iter().position(|x| x.name == e.nic).ok_or_else(|| {
+                TopologyError::Invalid(format!("nicLinks[{i}].nic: '{}' is not in nics", e.nic))
+            })?;
+            if e.gpu as usize >= n {
+                return Err(TopologyError::Invalid(format!("nicLinks[{i}].gpu: GPU{} is not among the {n} GPUs", e.gpu)));
+            }
+            nic_links[e.gpu as usize * m + k] = Some(e.pcie);
+        }
+        let mut node = NodeTopology::new(self.name, self.gpus, self.nics, links, nic_links)?;
+        node.nvlink_generation = self.nvlink_generation.or(node.nvlink_generation);
+        node.pcie_generation = self.pcie_generation.map(PcieGeneration).or(node.pcie_generation);
+        node.inter_socket_gbps = self.inter_socket_gbps;
+        node.cpus = self.cpus;
+        Ok(node)
+    }
+}
+
+/// The forms a node description can come in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SourceFormat {
+    /// `nvidia-smi topo -m` text.
+    SmiText,
+    /// Inventory JSON.
+    Json,
+    /// Inventory YAML.
+    Yaml,
+}
+
+/// Tell the form of a node description from its text: JSON starts with `{`, YAML has an
+/// `apiVersion:` key, anything else is read as `topo -m` text.
+pub fn detect_format(text: &str) -> SourceFormat {
+    let first = text.lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with('#')).unwrap_or("");
+    if first.starts_with('{') {
+        SourceFormat::Json
+    } else if text.lines().any(|l| l.starts_with("apiVersion:") || l.starts_with("kind:") || l == "---") {
+        SourceFormat::Yaml
+    } else {
+        SourceFormat::SmiText
+    }
+}
+
+/// Read a node from any supported form, detected from the text. `source_name` names the input in errors.
+pub fn parse_node(text: &str, source_name: &str) -> Result<NodeTopology, TopologyError> {
+    match detect_format(text) {
+        SourceFormat::SmiText => parse_topo_matrix(text, source_name),
+        SourceFormat::Json => {
+            let inv: Inventory = serde_json::from_str(text).map_err(|e| TopologyError::Parse {
+                source_name: source_name.to_string(),
+                line: e.line(),
+                column: e.column(),
+                message: e.to_string(),
+            })?;
+            inv.into_node().map_err(|e| in_source(e, source_name))
+        }
+        SourceFormat::Yaml => {
+            let inv: Inventory = serde_saphyr::from_str(text).map_err(|e| {
+                let (line, column) = yaml_location(&e);
+                TopologyError::Parse { source_name: source_name.to_string(), line, column, message: e.to_string() }
+            })?;
+            inv.into_node().map_err(|e| in_source(e, source_name))
+        }
+    }
+}
+
+fn in_source(e: TopologyError, source_name: &str) -> TopologyError {
+    match e {
+        TopologyError::Invalid(m) => TopologyError::Invalid(format!("{source_name}: {m}")),
+        other => other,
+    }
+}
+
+fn yaml_location(e: &serde_saphyr::Error) -> (usize, usize) {
+    e.location().map_or((0, 0), |l| (l.line() as usize, l.column() as usize))
+}
+
+/// Read a node from a file in any supported form.
+pub fn read_node_file(path: &std::path::Path) -> Result<NodeTopology, TopologyError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| TopologyError::Io { path: path.display().to_string(), source })?;
+    let mut node = parse_node(&text, &path.display().to_string())?;
+    if node.name.is_none() {
+        node.name = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+    }
+    Ok(node)
+}
+
+/// Compact JSON of a node's inventory, as stored in the `weft.io/gpu-topology` node annotation.
+pub fn to_json(node: &NodeTopology) -> String {
+    // Serialising plain structs of strings and numbers cannot fail.
+    serde_json::to_string(&Inventory::from_node(node)).unwrap_or_default()
+}
+
+/// Pretty JSON of a node's inventory.
+pub fn to_json_pretty(node: &NodeTopology) -> String {
+    serde_json::to_string_pretty(&Inventory::from_node(node)).unwrap_or_default()
+}
+
+/// YAML of a node's inventory.
+pub fn to_yaml(node: &NodeTopology) -> Result<String, TopologyError> {
+    serde_saphyr::to_string(&Inventory::from_node(node)).map_err(|e| TopologyError::Invalid(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::uniform_node;
+
+    fn sample() -> NodeTopology {
+        let mut node = uniform_node("n1", 3, PairLink { pcie: Some(PcieRelation::Sys), nvlinks: 0 });
+        node.set_link(0, 1, PairLink { pcie: Some(PcieRelation::Phb), nvlinks: 2 });
+        node.infer_generations();
+        node
+    }
+
+    #[test]
+    fn json_and_yaml_round_trip_keep_both_relations() {
+        let node = sample();
+        let json = to_json(&node);
+        let back = parse_node(&json, "j").unwrap();
+        assert_eq!(back.link(0, 1), PairLink { pcie: Some(PcieRelation::Phb), nvlinks: 2 });
+        assert_eq!(back, node);
+        let yaml = to_yaml(&node).unwrap();
+        assert_eq!(detect_format(&yaml), SourceFormat::Yaml, "{yaml}");
+        assert_eq!(parse_node(&yaml, "y").unwrap(), node);
+    }
+
+    #[test]
+    fn missing_pair_and_wrong_version_are_named() {
+        let mut inv = Inventory::from_node(&sample());
+        inv.links.pop();
+        let e = inv.into_node().unwrap_err().to_string();
+        assert!(e.contains("GPU1-GPU2") && e.contains("missing"), "{e}");
+        let mut inv = Inventory::from_node(&sample());
+        inv.api_version = "weft.io/v9".into();
+        assert!(inv.into_node().unwrap_err().to_string().contains("weft.io/v9"));
+    }
+
+    #[test]
+    fn json_syntax_error_has_a_line() {
+        let e = parse_node("{\n  \"apiVersion\": 3,\n}", "bad.json").unwrap_err().to_string();
+        assert!(e.starts_with("bad.json:2:"), "{e}");
+    }
+
+    #[test]
+    fn unknown_field_is_rejected() {
+        let mut v: serde_json::Value = serde_json::from_str(&to_json(&sample())).unwrap();
+        v["gpuz"] = serde_json::json!([]);
+        let e = parse_node(&v.to_string(), "x").unwrap_err().to_string();
+        assert!(e.contains("gpuz"), "{e}");
+    }
+}

@@ -1,0 +1,20 @@
+//! weft-topology: the model of an accelerated node (GPUs, NVLink/PCIe relations, NICs, CPUs, NUMA),
+//! its parsers (`nvidia-smi topo -m` text, the versioned inventory in JSON/YAML), renderers (DOT, SVG)
+//! and discovery (sysfs; NVML behind the `nvml` feature).
+//!
+//! Everything here except [`discover`] is pure: text in, model out.
+
+pub mod cpuset;
+pub mod error;
+pub mod inventory;
+pub mod model;
+pub mod smi;
+
+pub use cpuset::CpuSet;
+pub use error::TopologyError;
+pub use inventory::{Inventory, parse_node, read_node_file};
+pub use model::{
+    CpuTopology, Gpu, MAX_PAIR_SCORE, Nic, NodeTopology, NumaNode, NvlinkGeneration, PairLink, PcieGeneration,
+    PcieRelation,
+};
+pub use smi::parse_topo_matrix;
