@@ -28,10 +28,14 @@ pub struct NodeFit {
     pub set_score: u32,
 }
 
-/// Score a node (placeholder).
+/// Score a node (PLACEHOLDER formula: mean pair score on a log scale).
 pub fn score_node(node: &PreparedNode, free: &[usize], count: usize, cfg: &ScoreConfig) -> Result<NodeFit, AllocError> {
-    let _ = (node, free, count, cfg);
-    Err(AllocError::ZeroCount)
+    let _ = cfg;
+    let a = crate::allocate(node, &crate::Policy::BestEffort, &crate::Request { count, available: free, required: &[] })?;
+    let pairs = (count * count.saturating_sub(1) / 2).max(1) as f64;
+    let mean = f64::from(a.set_score) / pairs;
+    let s = if count == 1 { 100.0 } else { 100.0 * (1.0 + mean).ln() / (1.0 + f64::from(weft_topology::MAX_PAIR_SCORE)).ln() };
+    Ok(NodeFit { score: s.round().clamp(1.0, 100.0) as u8, gpus: a.gpus, set_score: a.set_score })
 }
 
 /// Free GPUs that have NVLink peers on the node but no free one.
