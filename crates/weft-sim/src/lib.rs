@@ -1,1 +1,126 @@
+//! weft-sim: an embedded cluster model that drives weft's placement code (the same `weft-alloc`
+//! functions the scheduler extender calls) over a stream of GPU pods, side by side with
+//! topology-blind baselines. It is the engine of `weft simulate`.
 
+pub mod cluster;
+pub mod engine;
+pub mod workload;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+use weft_alloc::ScoreConfig;
+
+pub use cluster::{Cluster, ClusterSpec, builtin_topology, builtin_types};
+pub use engine::{PlacementPolicy, PolicyReport, run_policy};
+pub use workload::{Generate, SimPod, parse_workload, read_workload};
+
+/// `apiVersion` of the simulator's files.
+pub const API_VERSION: &str = "weft.io/v1alpha1";
+
+/// Simulator errors.
+#[derive(Debug, Error)]
+pub enum SimError {
+    /// A cluster or workload file could not be read.
+    #[error("{path}: {source}")]
+    Io {
+        /// Path.
+        path: String,
+        /// OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A cluster or workload file is malformed.
+    #[error("{source_name}: {message}")]
+    Format {
+        /// File.
+        source_name: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// Unknown built-in node type.
+    #[error("unknown built-in node type '{name}'; known: {known}")]
+    UnknownBuiltin {
+        /// Name asked for.
+        name: String,
+        /// Known names.
+        known: String,
+    },
+    /// The cluster has no nodes.
+    #[error("the cluster has no nodes")]
+    EmptyCluster,
+    /// A topology failed to load.
+    #[error(transparent)]
+    Topology(#[from] weft_topology::TopologyError),
+    /// The allocator refused.
+    #[error(transparent)]
+    Alloc(#[from] weft_alloc::AllocError),
+}
+
+/// Cluster summary for the report.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterSummary {
+    /// Nodes.
+    pub nodes: usize,
+    /// GPUs.
+    pub gpus: usize,
+    /// Nodes per type.
+    pub node_types: BTreeMap<String, usize>,
+}
+
+/// Workload summary for the report.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadSummary {
+    /// Pods.
+    pub pods: usize,
+    /// Pods per GPU count.
+    pub by_size: BTreeMap<usize, usize>,
+    /// GPU-seconds offered per GPU-second of cluster capacity over the arrival window.
+    pub offered_load: f64,
+}
+
+/// The whole report of `weft simulate`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SimReport {
+    /// The cluster.
+    pub cluster: ClusterSummary,
+    /// The workload.
+    pub workload: WorkloadSummary,
+    /// One entry per policy, in the order run.
+    pub policies: Vec<PolicyReport>,
+}
+
+/// Run every policy in `policies` over `pods` on `cluster`. `progress(policy_index, pods_done)`.
+pub fn simulate(
+    cluster: &Cluster,
+    pods: &[SimPod],
+    policies: &[PlacementPolicy],
+    score_config: &ScoreConfig,
+    seed: u64,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<SimReport, SimError> {
+    let mut node_types = BTreeMap::new();
+    for n in &cluster.nodes {
+        *node_types.entry(cluster.types[n.node_type].name.clone()).or_insert(0) += 1;
+    }
+    let mut by_size = BTreeMap::new();
+    for p in pods {
+        *by_size.entry(p.gpus).or_insert(0) += 1;
+    }
+    let window = pods.last().map_or(0.0, |p| p.arrival).max(1e-9);
+    let gpu_seconds: f64 = pods.iter().map(|p| p.gpus as f64 * p.duration).sum();
+    let gpus = cluster.total_gpus();
+    let mut reports = Vec::with_capacity(policies.len());
+    for (i, &policy) in policies.iter().enumerate() {
+        reports.push(run_policy(cluster, pods, policy, score_config, seed, &mut |done| progress(i, done))?);
+    }
+    Ok(SimReport {
+        cluster: ClusterSummary { nodes: cluster.nodes.len(), gpus, node_types },
+        workload: WorkloadSummary { pods: pods.len(), by_size, offered_load: gpu_seconds / (window * gpus.max(1) as f64) },
+        policies: reports,
+    })
+}

@@ -1,1 +1,63 @@
-fn main() {}
+//! `weft`: one binary, one subcommand per component. See `weft --help`.
+
+mod cmd_gpu;
+mod cmd_sim;
+mod cmd_topo;
+mod output;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// weft places and wires accelerated workloads on Kubernetes.
+///
+/// It picks nodes and GPU sets from the real NVLink/PCIe topology, serves that decision to
+/// kube-scheduler, and simulates it on an embedded cluster so you can see what it would do.
+///
+/// Start with `weft simulate` (no cluster needed), then look at a node with
+/// `weft topo show <nvidia-smi-topo-m.txt>`.
+#[derive(Parser, Debug)]
+#[command(name = "weft", version, propagate_version = true, max_term_width = 110)]
+struct Cli {
+    /// Log filter (tracing EnvFilter syntax), e.g. `info` or `weft_k8s=debug`. Logs go to stderr.
+    #[arg(long, global = true, env = "WEFT_LOG", default_value = "warn")]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Simulate weft's GPU placement on a cluster model against topology-blind baselines.
+    ///
+    /// With no arguments, runs the embedded default: 88 nodes of 8 kinds (DGX-1 V100, DGX/HGX A100,
+    /// HGX H100, NVLink-bridged and PCIe-only nodes) and 5,000 pods of 1, 2, 4 and 8 GPUs arriving
+    /// and leaving. Reports per policy: pods placed, the bandwidth between the GPUs each pod got,
+    /// fragmentation and run time.
+    Simulate(cmd_sim::SimulateArgs),
+    /// Read, convert and draw node topologies; discover and publish the local one.
+    #[command(subcommand)]
+    Topo(cmd_topo::TopoCommand),
+    /// Allocate GPU sets on a node and score nodes for a pod.
+    #[command(subcommand)]
+    Gpu(cmd_gpu::GpuCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let result = match cli.command {
+        Command::Simulate(args) => cmd_sim::run(args),
+        Command::Topo(cmd) => cmd_topo::run(cmd),
+        Command::Gpu(cmd) => cmd_gpu::run(cmd),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,309 @@
+//! The workload: GPU pods with arrival times and durations.
+//!
+//! Two forms are read:
+//! - a generator (`kind: SimWorkload`): Poisson arrivals, exponential durations, a size mix;
+//! - the Pod manifests users apply, as a multi-document YAML stream: the GPU count is the pod's
+//!   `nvidia.com/gpu` (limits, else requests, summed over containers; init containers count as
+//!   kubelet does, by their maximum), and two annotations place it in time:
+//!   `sim.weft.io/arrival` and `sim.weft.io/duration`, in seconds.
+//!
+//! ```yaml
+//! apiVersion: weft.io/v1alpha1
+//! kind: SimWorkload
+//! generate:
+//!   pods: 10000
+//!   seed: 7
+//!   sizes: {"1": 0.45, "2": 0.25, "4": 0.18, "8": 0.12}
+//!   meanInterarrivalSeconds: 6
+//!   meanDurationSeconds: 3600
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::SimError;
+
+/// Annotation holding a pod's arrival time in seconds.
+pub const ARRIVAL_ANNOTATION: &str = "sim.weft.io/arrival";
+/// Annotation holding a pod's run time in seconds.
+pub const DURATION_ANNOTATION: &str = "sim.weft.io/duration";
+/// The GPU resource name.
+pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
+
+/// One pod of the workload.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SimPod {
+    /// Pod name.
+    pub name: String,
+    /// GPUs requested.
+    pub gpus: usize,
+    /// Arrival, seconds from the start.
+    pub arrival: f64,
+    /// Run time, seconds.
+    pub duration: f64,
+}
+
+/// Generator parameters.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Generate {
+    /// Number of pods.
+    pub pods: usize,
+    /// RNG seed (ChaCha8; the same seed gives the same workload on every platform).
+    #[serde(default)]
+    pub seed: u64,
+    /// Share of each pod size; normalised.
+    pub sizes: BTreeMap<usize, f64>,
+    /// Mean time between arrivals, seconds.
+    pub mean_interarrival_seconds: f64,
+    /// Mean run time, seconds.
+    pub mean_duration_seconds: f64,
+}
+
+impl Generate {
+    /// The default stream for a cluster of `total_gpus`: a 1/2/4/8 mix and an arrival rate that offers
+    /// about 95% of the cluster's GPUs, so placement quality decides who fits.
+    pub fn default_for(total_gpus: usize, pods: usize, seed: u64) -> Generate {
+        let sizes: BTreeMap<usize, f64> = [(1, 0.45), (2, 0.25), (4, 0.18), (8, 0.12)].into_iter().collect();
+        let mean_size: f64 = sizes.iter().map(|(s, p)| *s as f64 * p).sum();
+        let mean_duration_seconds = 3600.0;
+        let offered = 0.95 * total_gpus.max(1) as f64;
+        Generate {
+            pods,
+            seed,
+            sizes,
+            mean_interarrival_seconds: mean_duration_seconds * mean_size / offered,
+            mean_duration_seconds,
+        }
+    }
+
+    /// Produce the pods.
+    pub fn pods(&self) -> Result<Vec<SimPod>, SimError> {
+        let bad = |m: String| SimError::Format { source_name: "generate".into(), message: m };
+        let total: f64 = self.sizes.values().sum();
+        if self.sizes.is_empty() || !(total > 0.0) || self.sizes.values().any(|p| !(*p >= 0.0)) {
+            return Err(bad("sizes: give at least one size with a positive share, no negative shares".into()));
+        }
+        if self.sizes.contains_key(&0) {
+            return Err(bad("sizes: a pod of 0 GPUs is not a GPU pod".into()));
+        }
+        if !(self.mean_interarrival_seconds > 0.0) || !(self.mean_duration_seconds > 0.0) {
+            return Err(bad("meanInterarrivalSeconds and meanDurationSeconds must be > 0".into()));
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
+        let mut t = 0.0;
+        let mut pods = Vec::with_capacity(self.pods);
+        for i in 0..self.pods {
+            t += exp_sample(&mut rng, self.mean_interarrival_seconds);
+            let mut u: f64 = rng.random::<f64>() * total;
+            let mut size = *self.sizes.keys().next_back().unwrap_or(&1);
+            for (s, p) in &self.sizes {
+                if u < *p {
+                    size = *s;
+                    break;
+                }
+                u -= p;
+            }
+            let duration = exp_sample(&mut rng, self.mean_duration_seconds);
+            pods.push(SimPod { name: format!("pod-{i}"), gpus: size, arrival: t, duration });
+        }
+        Ok(pods)
+    }
+}
+
+fn exp_sample(rng: &mut ChaCha8Rng, mean: f64) -> f64 {
+    let u: f64 = rng.random::<f64>();
+    -mean * (1.0 - u).ln()
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WorkloadDoc {
+    api_version: String,
+    kind: String,
+    generate: Generate,
+}
+
+// The slice of a Pod manifest the simulator reads. Unknown fields are ignored, as kubectl would
+// accept the same manifest.
+#[derive(Deserialize)]
+struct PodDoc {
+    kind: Option<String>,
+    #[serde(default)]
+    metadata: PodMeta,
+    #[serde(default)]
+    spec: PodSpecDoc,
+}
+
+#[derive(Default, Deserialize)]
+struct PodMeta {
+    name: Option<String>,
+    #[serde(default)]
+    annotations: BTreeMap<String, String>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PodSpecDoc {
+    #[serde(default)]
+    containers: Vec<ContainerDoc>,
+    #[serde(default)]
+    init_containers: Vec<ContainerDoc>,
+}
+
+#[derive(Deserialize)]
+struct ContainerDoc {
+    #[serde(default)]
+    resources: ResourcesDoc,
+}
+
+#[derive(Default, Deserialize)]
+struct ResourcesDoc {
+    #[serde(default)]
+    limits: BTreeMap<String, serde_json::Value>,
+    #[serde(default)]
+    requests: BTreeMap<String, serde_json::Value>,
+}
+
+fn container_gpus(c: &ContainerDoc, where_: &str) -> Result<usize, String> {
+    let v = c.resources.limits.get(GPU_RESOURCE).or_else(|| c.resources.requests.get(GPU_RESOURCE));
+    match v {
+        None => Ok(0),
+        Some(serde_json::Value::Number(n)) => {
+            n.as_u64().map(|x| x as usize).ok_or_else(|| format!("{where_}: {GPU_RESOURCE} must be a whole number"))
+        }
+        Some(serde_json::Value::String(s)) => {
+            s.parse().map_err(|_| format!("{where_}: {GPU_RESOURCE} '{s}' is not a whole number"))
+        }
+        Some(other) => Err(format!("{where_}: {GPU_RESOURCE} is {other}, expected a whole number")),
+    }
+}
+
+/// Read a workload file: a `SimWorkload` generator or a stream of Pod manifests.
+pub fn read_workload(path: &Path) -> Result<Vec<SimPod>, SimError> {
+    let text =
+        std::fs::read_to_string(path).map_err(|source| SimError::Io { path: path.display().to_string(), source })?;
+    parse_workload(&text, &path.display().to_string())
+}
+
+/// Parse workload text (see [`read_workload`]).
+pub fn parse_workload(text: &str, source_name: &str) -> Result<Vec<SimPod>, SimError> {
+    let fmt = |m: String| SimError::Format { source_name: source_name.to_string(), message: m };
+    if text.lines().any(|l| l.trim() == "kind: SimWorkload") {
+        let doc: WorkloadDoc = serde_saphyr::from_str(text).map_err(|e| fmt(e.to_string()))?;
+        if doc.api_version != crate::API_VERSION || doc.kind != "SimWorkload" {
+            return Err(fmt(format!("expected apiVersion {} kind SimWorkload", crate::API_VERSION)));
+        }
+        return doc.generate.pods();
+    }
+    let docs: Vec<PodDoc> = serde_saphyr::from_multiple(text).map_err(|e| fmt(e.to_string()))?;
+    let mut pods = Vec::new();
+    for (i, d) in docs.into_iter().enumerate() {
+        let name = d.metadata.name.clone().unwrap_or_else(|| format!("document-{i}"));
+        let where_ = format!("document {} (pod '{name}')", i + 1);
+        if d.kind.as_deref() != Some("Pod") {
+            return Err(fmt(format!("{where_}: kind is {:?}; the simulator reads Pods", d.kind.unwrap_or_default())));
+        }
+        let app: usize = d.spec.containers.iter().map(|c| container_gpus(c, &where_)).sum::<Result<usize, _>>().map_err(fmt)?;
+        let init = d
+            .spec
+            .init_containers
+            .iter()
+            .map(|c| container_gpus(c, &where_))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(fmt)?
+            .into_iter()
+            .max()
+            .unwrap_or(0);
+        let gpus = app.max(init);
+        if gpus == 0 {
+            return Err(fmt(format!("{where_}: requests no {GPU_RESOURCE}; the simulator places GPU pods")));
+        }
+        let seconds = |key: &str| -> Result<f64, SimError> {
+            let v = d.metadata.annotations.get(key).ok_or_else(|| fmt(format!("{where_}: annotation {key} is missing")))?;
+            let x: f64 = v.parse().map_err(|_| fmt(format!("{where_}: annotation {key}='{v}' is not a number of seconds")))?;
+            if !(x >= 0.0) || !x.is_finite() {
+                return Err(fmt(format!("{where_}: annotation {key}='{v}' must be ≥ 0")));
+            }
+            Ok(x)
+        };
+        pods.push(SimPod { name, gpus, arrival: seconds(ARRIVAL_ANNOTATION)?, duration: seconds(DURATION_ANNOTATION)? });
+    }
+    pods.sort_by(|a, b| a.arrival.total_cmp(&b.arrival));
+    Ok(pods)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generator_is_deterministic_and_follows_the_mix() {
+        let g = Generate::default_for(640, 4000, 3);
+        let a = g.pods().unwrap();
+        assert_eq!(a, g.pods().unwrap());
+        assert_eq!(a.len(), 4000);
+        assert!(a.windows(2).all(|w| w[0].arrival <= w[1].arrival));
+        let ones = a.iter().filter(|p| p.gpus == 1).count() as f64 / 4000.0;
+        assert!((ones - 0.45).abs() < 0.05, "share of 1-GPU pods {ones}");
+        assert!(a.iter().all(|p| [1, 2, 4, 8].contains(&p.gpus)));
+    }
+
+    #[test]
+    fn pod_manifests_are_read_like_kubelet_counts_gpus() {
+        let text = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: trainer
+  annotations: {sim.weft.io/arrival: "10", sim.weft.io/duration: "600"}
+spec:
+  initContainers:
+    - name: warm
+      resources: {limits: {nvidia.com/gpu: 1}}
+  containers:
+    - name: a
+      resources: {limits: {nvidia.com/gpu: "2"}}
+    - name: b
+      resources: {requests: {nvidia.com/gpu: 2}}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: early
+  annotations: {sim.weft.io/arrival: "1", sim.weft.io/duration: "5"}
+spec:
+  containers:
+    - name: a
+      resources: {limits: {nvidia.com/gpu: 1}}
+"#;
+        let pods = parse_workload(text, "w.yaml").unwrap();
+        assert_eq!(pods.len(), 2);
+        assert_eq!(pods[0].name, "early");
+        assert_eq!(pods[1].gpus, 4);
+        assert_eq!(pods[1].duration, 600.0);
+    }
+
+    #[test]
+    fn bad_manifests_name_the_document_and_field() {
+        let text = "kind: Pod\nmetadata: {name: x, annotations: {sim.weft.io/arrival: '1'}}\nspec: {containers: [{resources: {limits: {nvidia.com/gpu: 1}}}]}\n";
+        let e = parse_workload(text, "w.yaml").unwrap_err().to_string();
+        assert!(e.contains("w.yaml") && e.contains("pod 'x'") && e.contains(DURATION_ANNOTATION), "{e}");
+        let text = "kind: Deployment\nmetadata: {name: d}\n";
+        assert!(parse_workload(text, "w").unwrap_err().to_string().contains("Deployment"));
+    }
+
+    #[test]
+    fn generator_rejects_nonsense() {
+        let mut g = Generate::default_for(8, 10, 1);
+        g.mean_interarrival_seconds = 0.0;
+        assert!(g.pods().is_err());
+        let mut g = Generate::default_for(8, 10, 1);
+        g.sizes.clear();
+        assert!(g.pods().is_err());
+    }
+}

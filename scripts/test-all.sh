@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it (`.ci/run` calls exactly this).
+# Installs and starts what the tests need, then runs format, lint and every test.
+# Run as root on a fresh Debian machine with a Rust toolchain: `bash scripts/test-all.sh`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '\n==> %s\n' "$*"; }
+
+# System packages the tests need. The GPU topology engine needs none; later subsystems add theirs here
+# (etcd-server, nats-server, containernetworking-plugins, iproute2).
+NEEDED_DEBS=()
+if [ "${#NEEDED_DEBS[@]}" -gt 0 ]; then
+  missing=()
+  for p in "${NEEDED_DEBS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  if [ "${#missing[@]}" -gt 0 ]; then
+    log "installing ${missing[*]}"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+  fi
+fi
+
+log "toolchain"
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+cargo --version
+
+log "cargo fmt --check"
+cargo fmt --all --check
+
+log "cargo clippy (workspace, all targets, NVML feature on)"
+cargo clippy --workspace --all-targets --features weft/nvml --locked -- -D warnings
+
+log "cargo test (workspace)"
+cargo test --workspace --locked --no-fail-fast
