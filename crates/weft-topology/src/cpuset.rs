@@ -118,6 +118,7 @@ impl<'de> Deserialize<'de> for CpuSet {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests assert by unwrapping
 mod tests {
     use super::*;
 

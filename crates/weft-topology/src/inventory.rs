@@ -173,13 +173,26 @@ impl Inventory {
             }
         }
         let m = self.nics.len();
+        for (k, nic) in self.nics.iter().enumerate() {
+            if self.nics[..k].iter().any(|x| x.name == nic.name) {
+                return Err(TopologyError::Invalid(format!(
+                    "nics[{k}].name: '{}' is listed twice; NIC names must be unique",
+                    nic.name
+                )));
+            }
+        }
         let mut nic_links = vec![None; n * m];
         for (i, e) in self.nic_links.iter().enumerate() {
-            let k = self.nics.iter().position(|x| x.name == e.nic).ok_or_else(|| {
-                TopologyError::Invalid(format!("nicLinks[{i}].nic: '{}' is not in nics", e.nic))
-            })?;
+            let k = self
+                .nics
+                .iter()
+                .position(|x| x.name == e.nic)
+                .ok_or_else(|| TopologyError::Invalid(format!("nicLinks[{i}].nic: '{}' is not in nics", e.nic)))?;
             if e.gpu as usize >= n {
-                return Err(TopologyError::Invalid(format!("nicLinks[{i}].gpu: GPU{} is not among the {n} GPUs", e.gpu)));
+                return Err(TopologyError::Invalid(format!(
+                    "nicLinks[{i}].gpu: GPU{} is not among the {n} GPUs",
+                    e.gpu
+                )));
             }
             nic_links[e.gpu as usize * m + k] = Some(e.pcie);
         }
@@ -278,6 +291,7 @@ pub fn to_yaml(node: &NodeTopology) -> Result<String, TopologyError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests assert by unwrapping
 mod tests {
     use super::*;
     use crate::model::uniform_node;

@@ -5,9 +5,11 @@
 //! Everything here except [`discover`] is pure: text in, model out.
 
 pub mod cpuset;
+pub mod discover;
 pub mod error;
 pub mod inventory;
 pub mod model;
+pub mod render;
 pub mod smi;
 
 pub use cpuset::CpuSet;

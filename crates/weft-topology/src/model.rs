@@ -504,6 +504,7 @@ pub fn uniform_node(name: &str, n: usize, base: PairLink) -> NodeTopology {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests assert by unwrapping
 mod tests {
     use super::*;
 

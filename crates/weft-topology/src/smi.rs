@@ -19,7 +19,7 @@ use crate::model::{CpuTopology, Gpu, MAX_NVLINKS, Nic, NodeTopology, NumaNode, P
 /// One parsed matrix cell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Cell {
-    SelfCell,
+    Diagonal,
     Nvlink(u8),
     Pcie(PcieRelation),
 }
@@ -220,8 +220,12 @@ pub fn parse_topo_matrix(text: &str, source_name: &str) -> Result<NodeTopology, 
             })?;
             let is_self = c == row_index;
             match cell {
-                Cell::SelfCell if !is_self => {
-                    return Err(err(line_no, col, format!("'X' off the diagonal in row '{label}', column '{col_name}'")));
+                Cell::Diagonal if !is_self => {
+                    return Err(err(
+                        line_no,
+                        col,
+                        format!("'X' off the diagonal in row '{label}', column '{col_name}'"),
+                    ));
                 }
                 Cell::Nvlink(_) | Cell::Pcie(_) if is_self => {
                     return Err(err(line_no, col, format!("self cell of '{label}' is '{tok}', expected 'X'")));
@@ -247,35 +251,35 @@ pub fn parse_topo_matrix(text: &str, source_name: &str) -> Result<NodeTopology, 
                 gpu_row_lines.push(line_no);
             }
             Some(k) => {
-                if let Some(&(col, tok)) = trailing.iter().find(|(_, t)| !t.is_empty()) {
-                    if tabbed || trailing.len() > affinity_cols.len() {
-                        // NIC rows carry no affinity values; anything here is a ragged row.
-                        return Err(err(line_no, col, format!("unexpected cell '{tok}' after the device columns of NIC row '{label}'")));
-                    }
+                if let Some(&(col, tok)) = trailing.iter().find(|(_, t)| !t.is_empty())
+                    && (tabbed || trailing.len() > affinity_cols.len())
+                {
+                    // NIC rows carry no affinity values; anything here is a ragged row.
+                    return Err(err(
+                        line_no,
+                        col,
+                        format!("unexpected cell '{tok}' after the device columns of NIC row '{label}'"),
+                    ));
                 }
                 nic_rows[k] = Some((line_no, parsed));
             }
         }
     }
     if gpu_rows.len() != n_gpu {
-        return Err(err(
-            row_no,
-            1,
-            format!("found {} GPU rows, the header has {n_gpu} GPU columns", gpu_rows.len()),
-        ));
+        return Err(err(row_no, 1, format!("found {} GPU rows, the header has {n_gpu} GPU columns", gpu_rows.len())));
     }
 
     // NIC legend: `NICn: mlx5_0`.
     let mut legend: HashMap<String, String> = HashMap::new();
+    let mut legend_lines: HashMap<String, usize> = HashMap::new();
     let mut in_nic_legend = false;
-    for line in &lines[row_no.min(lines.len())..] {
+    for (i, line) in lines.iter().enumerate().skip(row_no) {
         let t = line.trim();
         if t == "NIC Legend:" {
             in_nic_legend = true;
-        } else if in_nic_legend {
-            if let Some((k, v)) = t.split_once(':') {
-                legend.insert(k.trim().to_string(), v.trim().to_string());
-            }
+        } else if in_nic_legend && let Some((k, v)) = t.split_once(':') {
+            legend.insert(k.trim().to_string(), v.trim().to_string());
+            legend_lines.insert(k.trim().to_string(), i + 1);
         }
     }
 
@@ -303,7 +307,7 @@ pub fn parse_topo_matrix(text: &str, source_name: &str) -> Result<NodeTopology, 
             links[a * n_gpu + b] = match ab {
                 Cell::Nvlink(n) => PairLink { pcie: None, nvlinks: n },
                 Cell::Pcie(r) => PairLink { pcie: Some(r), nvlinks: 0 },
-                Cell::SelfCell => PairLink::default(),
+                Cell::Diagonal => PairLink::default(),
             };
         }
     }
@@ -313,33 +317,56 @@ pub fn parse_topo_matrix(text: &str, source_name: &str) -> Result<NodeTopology, 
     for g in 0..n_gpu {
         for k in 0..n_nic {
             let from_gpu = gpu_rows[g][n_gpu + k];
-            if let Some((nic_line, row)) = &nic_rows[k] {
-                if row[g] != from_gpu {
-                    return Err(err(
-                        *nic_line,
-                        1,
-                        format!(
-                            "asymmetric matrix: GPU{g}->{} is {} but {}->GPU{g} is {}",
-                            nic_names[k],
-                            cell_token(from_gpu),
-                            nic_names[k],
-                            cell_token(row[g])
-                        ),
-                    ));
-                }
+            if let Some((nic_line, row)) = &nic_rows[k]
+                && row[g] != from_gpu
+            {
+                return Err(err(
+                    *nic_line,
+                    1,
+                    format!(
+                        "asymmetric matrix: GPU{g}->{} is {} but {}->GPU{g} is {}",
+                        nic_names[k],
+                        cell_token(from_gpu),
+                        nic_names[k],
+                        cell_token(row[g])
+                    ),
+                ));
             }
             if let Cell::Pcie(r) = from_gpu {
                 nic_links[g * n_nic + k] = Some(r);
             }
         }
     }
-    let nics = nic_names
+    let nics: Vec<Nic> = nic_names
         .iter()
         .map(|name| {
             let rdma = legend.get(name).cloned().or_else(|| (!name.starts_with("NIC")).then(|| name.clone()));
-            Nic { name: rdma.clone().unwrap_or_else(|| name.clone()), rdma_device: rdma, netdev: None, pci_bus_id: None, numa_node: None }
+            Nic {
+                name: rdma.clone().unwrap_or_else(|| name.clone()),
+                rdma_device: rdma,
+                netdev: None,
+                pci_bus_id: None,
+                numa_node: None,
+            }
         })
         .collect();
+    // NICs are identified by name (the inventory's `nicLinks`): two columns naming one NIC are an error.
+    for (k, nic) in nics.iter().enumerate() {
+        if let Some(first) = nics[..k].iter().position(|x| x.name == nic.name) {
+            let (line, column) = match legend_lines.get(&nic_names[k]) {
+                Some(&l) => (l, 1),
+                None => (header_line_no, device_cols[n_gpu + k].0),
+            };
+            return Err(err(
+                line,
+                column,
+                format!(
+                    "NIC columns '{}' and '{}' both name '{}'; NIC names must be unique",
+                    nic_names[first], nic_names[k], nic.name
+                ),
+            ));
+        }
+    }
 
     let cpus = cpu_topology_from_gpus(&gpus);
     let mut node = NodeTopology::new(None, gpus, nics, links, nic_links)?;
@@ -353,7 +380,7 @@ fn gpu_number(name: &str) -> Option<u32> {
 
 fn parse_cell(tok: &str) -> Option<Cell> {
     if tok == "X" {
-        return Some(Cell::SelfCell);
+        return Some(Cell::Diagonal);
     }
     if let Some(n) = tok.strip_prefix("NV") {
         if !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()) {
@@ -367,7 +394,7 @@ fn parse_cell(tok: &str) -> Option<Cell> {
 
 fn cell_token(c: Cell) -> String {
     match c {
-        Cell::SelfCell => "X".into(),
+        Cell::Diagonal => "X".into(),
         Cell::Nvlink(n) => format!("NV{n}"),
         Cell::Pcie(r) => r.token().into(),
     }
@@ -411,7 +438,10 @@ fn parse_gpu_affinity(
                 if tok.chars().all(|c| c.is_ascii_digit()) {
                     gpu.numa_node = tok.parse().ok();
                 } else if tok.parse::<CpuSet>().is_err() {
-                    return Err((col, format!("NUMA Affinity of GPU{index} is '{tok}', expected a node number, a range or N/A")));
+                    return Err((
+                        col,
+                        format!("NUMA Affinity of GPU{index} is '{tok}', expected a node number, a range or N/A"),
+                    ));
                 }
             }
             Affinity::GpuNumaId => {
@@ -444,6 +474,7 @@ fn cpu_topology_from_gpus(gpus: &[Gpu]) -> CpuTopology {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests assert by unwrapping
 mod tests {
     use super::*;
 

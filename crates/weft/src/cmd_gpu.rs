@@ -89,7 +89,7 @@ fn parse_policy(s: &str) -> anyhow::Result<Policy> {
                     StaticTable::builtin_names().join(", ")
                 )
             })?;
-            Ok(Policy::Static(StaticTable::from_text(&text, name)?))
+            Ok(Policy::Static(StaticTable::parse(&text).with_context(|| format!("reading static table {name}"))?))
         }
     }
 }

@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand, ValueEnum};
-use weft_topology::{NodeTopology, inventory, read_node_file};
+use weft_topology::discover::{DiscoverOptions, DiscoveryCache, GpuBackend, SysfsRoot, discover};
+use weft_topology::{NodeTopology, inventory, read_node_file, render};
 
 #[derive(Subcommand, Debug)]
 pub enum TopoCommand {
@@ -13,17 +14,24 @@ pub enum TopoCommand {
     /// `--output json|yaml` converts to the inventory format; `dot` and `svg` draw the NVLink graph
     /// (`weft topo show node.txt -o svg > node.svg`).
     Show(ShowArgs),
+    /// Discover this machine's topology: GPUs through NVML (build feature `nvml`), CPUs, NUMA nodes
+    /// and NICs from sysfs. On a machine without GPUs it reports none, with the reason.
+    Discover(DiscoverArgs),
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub enum ShowOutput {
-    /// The GPU matrix, NICs and CPU affinity.
+    /// The GPU matrix, NICs and CPU affinity, laid out like `nvidia-smi topo -m`.
     #[default]
     Table,
     /// Inventory JSON.
     Json,
     /// Inventory YAML.
     Yaml,
+    /// Graphviz DOT of the NVLink graph.
+    Dot,
+    /// SVG drawing of the NVLink graph.
+    Svg,
 }
 
 #[derive(Args, Debug)]
@@ -35,20 +43,87 @@ pub struct ShowArgs {
     output: ShowOutput,
 }
 
+#[derive(Args, Debug)]
+pub struct DiscoverArgs {
+    /// Root of the sys/ and proc/ trees (for containers that mount the host's at another path).
+    #[arg(long, default_value = "/", value_name = "DIR")]
+    root: PathBuf,
+    /// Node name (default: the host name).
+    #[arg(long)]
+    node_name: Option<String>,
+    /// Cache of the slow GPU link queries, keyed by GPU UUIDs, driver and boot id.
+    #[arg(long, value_name = "FILE", default_value = DiscoveryCache::DEFAULT_PATH)]
+    cache: PathBuf,
+    /// Do not read or write the cache.
+    #[arg(long)]
+    no_cache: bool,
+    /// Skip GPU discovery (CPUs, NUMA and NICs only).
+    #[arg(long)]
+    no_gpus: bool,
+    /// Also list PCI network interfaces without an RDMA device.
+    #[arg(long)]
+    netdevs: bool,
+    /// Output format.
+    #[arg(long, short, value_enum, default_value_t)]
+    output: ShowOutput,
+}
+
 pub fn run(cmd: TopoCommand) -> anyhow::Result<()> {
     match cmd {
         TopoCommand::Show(a) => {
             let node = read_node_file(&a.file)?;
             show(&node, a.output)
         }
+        TopoCommand::Discover(a) => {
+            let found = discover_node(&a)?;
+            for note in &found.notes {
+                eprintln!("note: {note}");
+            }
+            show(&found.node, a.output)
+        }
     }
+}
+
+/// Run discovery with the command's options (shared with `weft topo publish`).
+pub fn discover_node(a: &DiscoverArgs) -> anyhow::Result<weft_topology::discover::Discovery> {
+    let opts = DiscoverOptions {
+        root: SysfsRoot::new(a.root.clone()),
+        node_name: a.node_name.clone(),
+        netdevs: a.netdevs,
+        gpus: if a.no_gpus { GpuBackend::Disabled } else { GpuBackend::Nvml },
+        cache: (!a.no_cache).then(|| DiscoveryCache::new(a.cache.clone())),
+    };
+    Ok(discover(&opts)?)
 }
 
 fn show(node: &NodeTopology, output: ShowOutput) -> anyhow::Result<()> {
     match output {
         ShowOutput::Json => println!("{}", inventory::to_json_pretty(node)),
         ShowOutput::Yaml => print!("{}", inventory::to_yaml(node)?),
-        ShowOutput::Table => println!("{} GPUs", node.gpu_count()),
+        ShowOutput::Dot => print!("{}", render::to_dot(node)),
+        ShowOutput::Svg => print!("{}", render::to_svg(node)),
+        ShowOutput::Table => {
+            if let Some(name) = &node.name {
+                println!("node {name}: {} GPUs, {} NICs", node.gpu_count(), node.nics.len());
+            }
+            if let Some(g) = node.nvlink_generation {
+                println!("NVLink generation: {g:?}");
+            }
+            if let Some(p) = node.pcie_generation {
+                println!("PCIe generation:   Gen{}", p.0);
+            }
+            if let Some(online) = &node.cpus.online {
+                println!("CPUs:              {} online ({online})", online.len());
+            }
+            if let Some(sockets) = node.cpus.sockets {
+                println!("sockets:           {sockets}");
+            }
+            for numa in &node.cpus.numa_nodes {
+                println!("NUMA node {}:       CPUs {}", numa.id, numa.cpus);
+            }
+            println!();
+            print!("{}", render::to_table(node));
+        }
     }
     Ok(())
 }
