@@ -1,1 +1,35 @@
+//! weft-k8s: weft's Kubernetes plumbing.
+//!
+//! - The kube-scheduler **extender** ([`server`]): `POST /filter` and `POST /prioritize` answer from
+//!   each node's GPU topology (the [`TOPOLOGY_ANNOTATION`]) and the GPUs its pods hold
+//!   ([`usage::gpus_in_use`]). The decisions are pure ([`decision`]); the wire types are in [`wire`].
+//! - The **cluster view** ([`view::ClusterView`]): an in-memory fake and a reflector-backed
+//!   implementation ([`kube_view::KubeClusterView`]).
+//! - **Publishing** a node's topology to its annotation ([`publish::publish_topology`]) and building
+//!   a client ([`publish::client_from`]).
+//!
+//! Operator documentation: `docs/scheduler-extender.md`.
 
+pub mod cache;
+pub mod config;
+pub mod decision;
+pub mod kube_view;
+pub mod publish;
+pub mod server;
+pub mod usage;
+pub mod view;
+pub mod wire;
+
+/// Node annotation holding the node's GPU topology as weft inventory JSON
+/// (`weft_topology::inventory::to_json`, format in `docs/topology.md`).
+pub const TOPOLOGY_ANNOTATION: &str = "weft.io/gpu-topology";
+
+pub use config::ExtenderConfig;
+pub use kube_view::KubeClusterView;
+pub use publish::{
+    ClientError, PublishError, PublishOutcome, RetryPolicy, client_from, publish_topology, publish_topology_with,
+};
+pub use server::{ExtenderError, ExtenderState, router, serve};
+pub use usage::{DEFAULT_GPU_RESOURCE, GPU_IDS_ANNOTATION, GpuUsage, UsageIssue, gpu_request, gpus_in_use};
+pub use view::{ClusterView, InMemoryView};
+pub use wire::{ExtenderArgs, ExtenderFilterResult, HostPriority, HostPriorityList, MAX_EXTENDER_PRIORITY, NodeList};

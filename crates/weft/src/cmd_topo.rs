@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use weft_topology::discover::{DiscoverOptions, DiscoveryCache, GpuBackend, SysfsRoot, discover};
 use weft_topology::{NodeTopology, inventory, read_node_file, render};
@@ -16,7 +17,34 @@ pub enum TopoCommand {
     Show(ShowArgs),
     /// Discover this machine's topology: GPUs through NVML (build feature `nvml`), CPUs, NUMA nodes
     /// and NICs from sysfs. On a machine without GPUs it reports none, with the reason.
-    Discover(DiscoverArgs),
+    Discover(DiscoverCmd),
+    /// Write this node's topology to its `weft.io/gpu-topology` annotation (run by the node agent).
+    ///
+    /// The topology is discovered (as `weft topo discover`) unless `--topology FILE` gives it. The
+    /// write is a merge patch, skipped when the annotation already holds the same value, and retried
+    /// on conflicts and server errors.
+    Publish(PublishArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct PublishArgs {
+    /// Node to annotate.
+    #[arg(long, env = "NODE_NAME")]
+    node: String,
+    /// Publish this topology file instead of discovering.
+    #[arg(long, value_name = "FILE")]
+    topology: Option<PathBuf>,
+    /// Kubeconfig file (default: in-cluster config, else $KUBECONFIG / ~/.kube/config).
+    #[arg(long, env = "KUBECONFIG", value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context.
+    #[arg(long)]
+    context: Option<String>,
+    /// Field manager recorded on the write.
+    #[arg(long, default_value = "weft-agent")]
+    field_manager: String,
+    #[command(flatten)]
+    discover: DiscoverArgs,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
@@ -63,6 +91,12 @@ pub struct DiscoverArgs {
     /// Also list PCI network interfaces without an RDMA device.
     #[arg(long)]
     netdevs: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct DiscoverCmd {
+    #[command(flatten)]
+    discover: DiscoverArgs,
     /// Output format.
     #[arg(long, short, value_enum, default_value_t)]
     output: ShowOutput,
@@ -75,13 +109,37 @@ pub fn run(cmd: TopoCommand) -> anyhow::Result<()> {
             show(&node, a.output)
         }
         TopoCommand::Discover(a) => {
-            let found = discover_node(&a)?;
+            let found = discover_node(&a.discover)?;
             for note in &found.notes {
                 eprintln!("note: {note}");
             }
             show(&found.node, a.output)
         }
+        TopoCommand::Publish(a) => publish(a),
     }
+}
+
+fn publish(a: PublishArgs) -> anyhow::Result<()> {
+    let mut node = match &a.topology {
+        Some(p) => read_node_file(p)?,
+        None => {
+            let found = discover_node(&a.discover)?;
+            for note in &found.notes {
+                eprintln!("note: {note}");
+            }
+            found.node
+        }
+    };
+    node.name = Some(a.node.clone());
+    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let outcome = rt.block_on(async {
+        let client = weft_k8s::client_from(a.kubeconfig.clone(), a.context.clone()).await.context("connecting to Kubernetes")?;
+        weft_k8s::publish_topology(client, &a.node, &node, &a.field_manager)
+            .await
+            .with_context(|| format!("publishing the topology of node {}", a.node))
+    })?;
+    println!("node {}: {} GPUs; annotation {}: {outcome:?}", a.node, node.gpu_count(), weft_k8s::TOPOLOGY_ANNOTATION);
+    Ok(())
 }
 
 /// Run discovery with the command's options (shared with `weft topo publish`).

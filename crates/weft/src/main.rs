@@ -1,5 +1,6 @@
 //! `weft`: one binary, one subcommand per component. See `weft --help`.
 
+mod cmd_extender;
 mod cmd_gpu;
 mod cmd_sim;
 mod cmd_topo;
@@ -41,6 +42,10 @@ enum Command {
     /// Allocate GPU sets on a node and score nodes for a pod.
     #[command(subcommand)]
     Gpu(cmd_gpu::GpuCommand),
+    /// Serve kube-scheduler's extender protocol (`/filter`, `/prioritize`) from node topology
+    /// annotations and the pods bound to each node. See docs/scheduler-extender.md for the
+    /// KubeSchedulerConfiguration stanza.
+    SchedulerExtender(cmd_extender::ExtenderArgs),
 }
 
 fn main() -> ExitCode {
@@ -52,12 +57,30 @@ fn main() -> ExitCode {
         Command::Simulate(args) => cmd_sim::run(args),
         Command::Topo(cmd) => cmd_topo::run(cmd),
         Command::Gpu(cmd) => cmd_gpu::run(cmd),
+        Command::SchedulerExtender(a) => cmd_extender::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", describe(&e));
             ExitCode::from(2)
         }
     }
+}
+
+/// The error and its causes joined by `: `, leaving out a cause whose text the message already holds
+/// (many library errors print their source in their own message as well as exposing it).
+fn describe(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }

@@ -1,0 +1,183 @@
+//! The extender's decisions, pure: given the pod's GPU request and, per candidate node, its prepared
+//! topology and the GPUs in use, which nodes pass the filter and how each scores. No I/O; the HTTP
+//! layer ([`crate::server`]) and benchmarks call these directly.
+
+use weft_alloc::{NodeFit, PreparedNode, ScoreCache};
+
+use crate::config::ExtenderConfig;
+use crate::wire::{MAX_EXTENDER_PRIORITY, MIN_EXTENDER_PRIORITY};
+
+/// What the extender knows about one candidate node.
+#[derive(Clone, Copy, Debug)]
+pub enum NodeState<'a> {
+    /// The node's topology was read; `used` has bit `i` set when GPU `i` is held by a pod.
+    Known {
+        /// The prepared topology.
+        prepared: &'a PreparedNode,
+        /// GPUs in use, as a mask.
+        used: u128,
+    },
+    /// The node cannot be judged (no or unreadable topology annotation, not in the cache).
+    Unknown {
+        /// Why.
+        reason: &'a str,
+    },
+}
+
+impl NodeState<'_> {
+    /// Free GPU indices, ascending (empty for an unknown node).
+    pub fn free(&self) -> Vec<usize> {
+        match *self {
+            NodeState::Known { prepared, used } => (0..prepared.len()).filter(|&g| used & (1u128 << g) == 0).collect(),
+            NodeState::Unknown { .. } => Vec::new(),
+        }
+    }
+}
+
+/// The filter's answer for one node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The node passes. `note` says why when it passed without being judged.
+    Pass {
+        /// Why it passed unjudged, if so.
+        note: Option<String>,
+    },
+    /// The node fails now; freeing GPUs (preemption) may help. Goes to `FailedNodes`.
+    Fail(String),
+    /// The node can never run the pod; preemption cannot help. Goes to `FailedAndUnresolvableNodes`.
+    Unresolvable(String),
+}
+
+impl Verdict {
+    /// Whether the node passes.
+    pub fn passes(&self) -> bool {
+        matches!(self, Verdict::Pass { .. })
+    }
+}
+
+/// Filter the candidates for a pod requesting `request` GPUs; one verdict per candidate, in order.
+///
+/// - `request == 0`: every node passes (GPU topology does not constrain the pod).
+/// - unknown topology: passes with a note unless `cfg.require_topology`, then unresolvable.
+/// - fewer GPUs on the node than requested: unresolvable (preemption cannot add GPUs).
+/// - fewer free GPUs than requested: fails, naming free vs requested.
+pub fn filter(request: u64, nodes: &[NodeState<'_>], cfg: &ExtenderConfig) -> Vec<Verdict> {
+    nodes.iter().map(|node| filter_one(request, node, cfg)).collect()
+}
+
+fn filter_one(request: u64, node: &NodeState<'_>, cfg: &ExtenderConfig) -> Verdict {
+    if request == 0 {
+        return Verdict::Pass { note: None };
+    }
+    match *node {
+        NodeState::Unknown { reason } if cfg.require_topology => {
+            Verdict::Unresolvable(format!("{reason}; GPU topology is required (--require-topology)"))
+        }
+        NodeState::Unknown { reason } => Verdict::Pass { note: Some(format!("{reason}; passed unjudged")) },
+        NodeState::Known { prepared, used } => {
+            let total = prepared.len() as u64;
+            let free = total - u64::from((used & mask(prepared.len())).count_ones());
+            if total < request {
+                Verdict::Unresolvable(format!("node has {total} GPUs; pod requests {request}"))
+            } else if free < request {
+                Verdict::Fail(format!("{free} of {total} GPUs free; pod requests {request}"))
+            } else {
+                Verdict::Pass { note: None }
+            }
+        }
+    }
+}
+
+fn mask(n: usize) -> u128 {
+    if n >= 128 { u128::MAX } else { (1u128 << n) - 1 }
+}
+
+/// One node's priority.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeScore {
+    /// Extender score, [`MIN_EXTENDER_PRIORITY`]..=[`MAX_EXTENDER_PRIORITY`].
+    pub score: i64,
+    /// weft-alloc's fit (score 1..=100 and the GPU set) when the node was scored.
+    pub fit: Option<NodeFit>,
+    /// Why the node got this score when it was not scored from its topology.
+    pub reason: Option<String>,
+}
+
+/// Map weft-alloc's node score (1..=100) to the extender range 0..=10: `round(score / 10)`, halves
+/// up. Ten points of resolution become one, so nodes within a band tie; scores 1–4 map to 0.
+pub fn to_extender_priority(score: u8) -> i64 {
+    ((i64::from(score) + 5) / 10).clamp(MIN_EXTENDER_PRIORITY, MAX_EXTENDER_PRIORITY)
+}
+
+/// Score the candidates for a pod requesting `request` GPUs; one score per candidate, in order.
+///
+/// - `request == 0`: every node gets `cfg.neutral_score` (the same for all, so the extender does not
+///   change the ranking).
+/// - unknown topology, or too few free GPUs: 0 with a reason.
+/// - otherwise `weft_alloc::score_node` over the free GPUs, mapped by [`to_extender_priority`].
+///
+/// Nodes with the same topology and the same GPUs in use are scored once (a `ScoreCache` local to
+/// the call). [`prioritize_with`] keeps that cache across calls.
+pub fn prioritize(request: u64, nodes: &[NodeState<'_>], cfg: &ExtenderConfig) -> Vec<NodeScore> {
+    let mut cache = ScoreCache::with_capacity(nodes.len().max(1));
+    prioritize_with(request, nodes, cfg, &mut cache)
+}
+
+/// [`prioritize`] with a caller-owned `ScoreCache` (best-effort sets keyed by topology, free GPUs
+/// and request size), so repeated requests over a cluster of few topologies cost hash lookups.
+pub fn prioritize_with(
+    request: u64,
+    nodes: &[NodeState<'_>],
+    cfg: &ExtenderConfig,
+    cache: &mut ScoreCache,
+) -> Vec<NodeScore> {
+    if request == 0 {
+        let score = cfg.neutral_score.clamp(MIN_EXTENDER_PRIORITY, MAX_EXTENDER_PRIORITY);
+        return nodes
+            .iter()
+            .map(|_| NodeScore { score, fit: None, reason: Some("pod requests no GPUs; neutral score".into()) })
+            .collect();
+    }
+    let count = usize::try_from(request).unwrap_or(usize::MAX);
+    nodes
+        .iter()
+        .map(|node| match *node {
+            NodeState::Unknown { reason } => {
+                NodeScore { score: MIN_EXTENDER_PRIORITY, fit: None, reason: Some(format!("{reason}; not scored")) }
+            }
+            NodeState::Known { prepared, used } => {
+                let total = prepared.len() as u64;
+                let free_count = total - u64::from((used & mask(prepared.len())).count_ones());
+                if free_count < request {
+                    return NodeScore {
+                        score: MIN_EXTENDER_PRIORITY,
+                        fit: None,
+                        reason: Some(format!("{free_count} of {total} GPUs free; pod requests {request}")),
+                    };
+                }
+                match cache.score(prepared, &node.free(), count, &cfg.score_config) {
+                    Ok(fit) => NodeScore { score: to_extender_priority(fit.score), fit: Some(fit), reason: None },
+                    Err(e) => NodeScore { score: MIN_EXTENDER_PRIORITY, fit: None, reason: Some(e.to_string()) },
+                }
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn priority_mapping_rounds_half_up_into_0_to_10() {
+        assert_eq!(to_extender_priority(1), 0);
+        assert_eq!(to_extender_priority(4), 0);
+        assert_eq!(to_extender_priority(5), 1);
+        assert_eq!(to_extender_priority(14), 1);
+        assert_eq!(to_extender_priority(15), 2);
+        assert_eq!(to_extender_priority(94), 9);
+        assert_eq!(to_extender_priority(95), 10);
+        assert_eq!(to_extender_priority(100), 10);
+        assert_eq!(to_extender_priority(255), 10);
+    }
+}

@@ -1,0 +1,95 @@
+//! The extender's view of the cluster: nodes by name and the pods bound to each node.
+//!
+//! [`ClusterView`] is the seam between the decisions and the API server. [`InMemoryView`] is the
+//! fake used by tests and the simulator; [`crate::kube_view::KubeClusterView`] is the real one,
+//! kept warm by reflectors.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+/// Read access to nodes and the pods bound to them. Implementations are caches: lookups are cheap
+/// and never block on the network.
+pub trait ClusterView: Send + Sync {
+    /// The node called `name`, if known.
+    fn node(&self, name: &str) -> Option<Arc<Node>>;
+    /// The pods whose `spec.nodeName` is `name` (terminal pods may be included; the accounting
+    /// skips them).
+    fn pods_on_node(&self, name: &str) -> Vec<Arc<Pod>>;
+    /// Whether the view has completed its initial sync (drives `/readyz`).
+    fn is_ready(&self) -> bool {
+        true
+    }
+}
+
+/// A [`ClusterView`] held in memory; filled by hand. Ready unless told otherwise.
+#[derive(Debug)]
+pub struct InMemoryView {
+    nodes: RwLock<HashMap<String, Arc<Node>>>,
+    pods: RwLock<HashMap<String, Vec<Arc<Pod>>>>,
+    ready: AtomicBool,
+}
+
+impl Default for InMemoryView {
+    fn default() -> Self {
+        InMemoryView { nodes: RwLock::default(), pods: RwLock::default(), ready: AtomicBool::new(true) }
+    }
+}
+
+impl InMemoryView {
+    /// An empty, ready view.
+    pub fn new() -> InMemoryView {
+        InMemoryView::default()
+    }
+
+    /// Add or replace a node (keyed by `metadata.name`).
+    pub fn insert_node(&self, node: Node) {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        self.nodes.write().unwrap_or_else(PoisonError::into_inner).insert(name, Arc::new(node));
+    }
+
+    /// Remove a node.
+    pub fn remove_node(&self, name: &str) {
+        self.nodes.write().unwrap_or_else(PoisonError::into_inner).remove(name);
+    }
+
+    /// Add or replace a pod (keyed by namespace and name) under its `spec.nodeName`. Pods without a
+    /// node are ignored, as the real view's field selector does.
+    pub fn insert_pod(&self, pod: Pod) {
+        let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else { return };
+        self.remove_pod(pod.metadata.namespace.as_deref().unwrap_or(""), pod.metadata.name.as_deref().unwrap_or(""));
+        self.pods.write().unwrap_or_else(PoisonError::into_inner).entry(node).or_default().push(Arc::new(pod));
+    }
+
+    /// Remove a pod.
+    pub fn remove_pod(&self, namespace: &str, name: &str) {
+        let mut pods = self.pods.write().unwrap_or_else(PoisonError::into_inner);
+        for list in pods.values_mut() {
+            list.retain(|p| {
+                p.metadata.namespace.as_deref().unwrap_or("") != namespace
+                    || p.metadata.name.as_deref().unwrap_or("") != name
+            });
+        }
+    }
+
+    /// Set what [`ClusterView::is_ready`] answers.
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Release);
+    }
+}
+
+impl ClusterView for InMemoryView {
+    fn node(&self, name: &str) -> Option<Arc<Node>> {
+        self.nodes.read().unwrap_or_else(PoisonError::into_inner).get(name).cloned()
+    }
+
+    fn pods_on_node(&self, name: &str) -> Vec<Arc<Pod>> {
+        self.pods.read().unwrap_or_else(PoisonError::into_inner).get(name).cloned().unwrap_or_default()
+    }
+
+    fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+}

@@ -1,0 +1,176 @@
+//! Wire types of the kube-scheduler extender protocol (`k8s.io/kube-scheduler/extender/v1`).
+//!
+//! The Go structs carry no json tags, so the wire uses the Go field names (PascalCase) and Go's
+//! decoder matches keys case-insensitively. These types always *emit* PascalCase, exactly the field
+//! set Go emits (`null` for nil pointers, `{}` for empty maps, `""` for no error), and *accept*
+//! PascalCase, camelCase and lowercase keys. The Pod and Nodes inside are ordinary Kubernetes
+//! objects with camelCase keys; the Pod often has no `apiVersion`/`kind`.
+//!
+//! A Node received in `Nodes` is kept as the exact JSON text it arrived in ([`WireNode`]), so that
+//! the filter response hands the scheduler back the same objects, including fields newer than the
+//! `k8s-openapi` version this crate is built with.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
+use serde::de::{Deserializer, Error as _};
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::value::RawValue;
+
+/// Lowest score a prioritize response may give (`MinExtenderPriority`).
+pub const MIN_EXTENDER_PRIORITY: i64 = 0;
+/// Highest score a prioritize response may give (`MaxExtenderPriority`). The scheduler multiplies
+/// by `MaxNodeScore / MaxExtenderPriority` (100 / 10) and by the extender's `weight`.
+pub const MAX_EXTENDER_PRIORITY: i64 = 10;
+
+/// A v1 `Node` as it travels in an extender request: the exact JSON text plus the decoded object.
+///
+/// Serialising writes the original text back unchanged. Decoding needs `serde_json`'s text
+/// deserializers (`from_str`, `from_slice`, `from_reader`), not `from_value`.
+#[derive(Clone, Debug)]
+pub struct WireNode {
+    raw: Box<RawValue>,
+    node: Node,
+}
+
+impl WireNode {
+    /// Wrap a node, rendering its JSON text.
+    pub fn from_node(node: Node) -> Result<WireNode, serde_json::Error> {
+        let raw = serde_json::value::to_raw_value(&node)?;
+        Ok(WireNode { raw, node })
+    }
+
+    /// The decoded node.
+    pub fn node(&self) -> &Node {
+        &self.node
+    }
+
+    /// The JSON text the node arrived in (or was rendered to).
+    pub fn raw_json(&self) -> &str {
+        self.raw.get()
+    }
+
+    /// The node's `metadata.name` (empty when absent).
+    pub fn name(&self) -> &str {
+        self.node.metadata.name.as_deref().unwrap_or("")
+    }
+
+    /// Take the decoded node.
+    pub fn into_node(self) -> Node {
+        self.node
+    }
+}
+
+impl PartialEq for WireNode {
+    fn eq(&self, other: &Self) -> bool {
+        self.node == other.node
+    }
+}
+
+impl Serialize for WireNode {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.raw.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for WireNode {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = Box::<RawValue>::deserialize(d)?;
+        let node: Node = serde_json::from_str(raw.get()).map_err(D::Error::custom)?;
+        Ok(WireNode { raw, node })
+    }
+}
+
+/// A v1 `NodeList` (`{metadata, items}`); `items: null` reads as empty.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeList {
+    /// List metadata (usually empty in extender traffic).
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub metadata: ListMeta,
+    /// The nodes.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub items: Vec<WireNode>,
+}
+
+/// The body of a filter or prioritize request.
+///
+/// kube-scheduler fills `Nodes` when the extender is configured with `nodeCacheCapable: false` and
+/// `NodeNames` when it is `true`; the other one is `null`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExtenderArgs {
+    /// The pod being scheduled. Always set by kube-scheduler; `None` when a caller omitted it.
+    #[serde(rename = "Pod", alias = "pod", alias = "POD", default)]
+    pub pod: Option<Pod>,
+    /// Candidate nodes as full objects (`nodeCacheCapable: false`).
+    #[serde(rename = "Nodes", alias = "nodes", alias = "NODES", default)]
+    pub nodes: Option<NodeList>,
+    /// Candidate node names (`nodeCacheCapable: true`).
+    #[serde(rename = "NodeNames", alias = "nodeNames", alias = "nodenames", alias = "NODENAMES", default)]
+    pub node_names: Option<Vec<String>>,
+}
+
+/// Node name → reason.
+pub type FailedNodesMap = BTreeMap<String, String>;
+
+/// The body of a filter response.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExtenderFilterResult {
+    /// Nodes that passed, as objects (answer to a request that carried `Nodes`).
+    #[serde(rename = "Nodes", alias = "nodes", alias = "NODES", default)]
+    pub nodes: Option<NodeList>,
+    /// Names of nodes that passed (answer to a request that carried `NodeNames`); must be a subset
+    /// of the request's names.
+    #[serde(rename = "NodeNames", alias = "nodeNames", alias = "nodenames", alias = "NODENAMES", default)]
+    pub node_names: Option<Vec<String>>,
+    /// Nodes that failed, with reasons; preemption may help.
+    #[serde(
+        rename = "FailedNodes",
+        alias = "failedNodes",
+        alias = "failednodes",
+        alias = "FAILEDNODES",
+        default,
+        deserialize_with = "null_as_default"
+    )]
+    pub failed_nodes: FailedNodesMap,
+    /// Nodes that failed where preemption cannot help (takes precedence over `FailedNodes`).
+    #[serde(
+        rename = "FailedAndUnresolvableNodes",
+        alias = "failedAndUnresolvableNodes",
+        alias = "failedandunresolvablenodes",
+        alias = "FAILEDANDUNRESOLVABLENODES",
+        default,
+        deserialize_with = "null_as_default"
+    )]
+    pub failed_and_unresolvable_nodes: FailedNodesMap,
+    /// Non-empty when the whole call failed; kube-scheduler treats it as an error of this extender.
+    #[serde(rename = "Error", alias = "error", alias = "ERROR", default, deserialize_with = "null_as_default")]
+    pub error: String,
+}
+
+/// One entry of a prioritize response (the response body is a JSON array of these).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostPriority {
+    /// Node name.
+    #[serde(rename = "Host", alias = "host", alias = "HOST", default, deserialize_with = "null_as_default")]
+    pub host: String,
+    /// Score, [`MIN_EXTENDER_PRIORITY`]..=[`MAX_EXTENDER_PRIORITY`].
+    #[serde(rename = "Score", alias = "score", alias = "SCORE", default, deserialize_with = "null_as_default")]
+    pub score: i64,
+    /// weft extension, only emitted on request (`X-Weft-Debug: true`): why the node got this score.
+    /// kube-scheduler's decoder ignores unknown fields.
+    #[serde(rename = "Reason", alias = "reason", default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// The body of a prioritize response.
+pub type HostPriorityList = Vec<HostPriority>;
+
+/// Read `null` (as Go writes nil maps, slices and pointers) as the type's default.
+fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}

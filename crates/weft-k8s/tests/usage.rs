@@ -1,0 +1,192 @@
+//! GPU requests of pods and the GPUs pods hold on a node.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::json;
+use weft_alloc::{Policy, PreparedNode, Request, allocate};
+use weft_k8s::usage::{GpuSource, RequestError, UsageIssue};
+use weft_k8s::{DEFAULT_GPU_RESOURCE, gpu_request, gpus_in_use};
+
+fn pod(spec: serde_json::Value) -> Pod {
+    serde_json::from_value(json!({"metadata": {"name": "p", "namespace": "ml"}, "spec": spec})).unwrap()
+}
+
+fn gpu(n: &str) -> serde_json::Value {
+    json!({"limits": {"nvidia.com/gpu": n}, "requests": {"nvidia.com/gpu": n}})
+}
+
+#[test]
+fn app_containers_are_summed() {
+    let p = pod(json!({"containers": [{"name": "a", "resources": gpu("2")}, {"name": "b", "resources": gpu("1")}]}));
+    assert_eq!(gpu_request(&p, DEFAULT_GPU_RESOURCE), Ok(3));
+}
+
+#[test]
+fn limit_alone_counts_and_larger_of_request_and_limit_wins() {
+    let p = pod(json!({"containers": [
+        {"name": "a", "resources": {"limits": {"nvidia.com/gpu": "2"}}},
+        {"name": "b", "resources": {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "3"}}}
+    ]}));
+    assert_eq!(gpu_request(&p, DEFAULT_GPU_RESOURCE), Ok(5));
+}
+
+#[test]
+fn init_containers_count_by_their_maximum_against_the_app_sum() {
+    let p = pod(json!({
+        "initContainers": [{"name": "i1", "resources": gpu("4")}, {"name": "i2", "resources": gpu("1")}],
+        "containers": [{"name": "a", "resources": gpu("1")}, {"name": "b", "resources": gpu("1")}]
+    }));
+    assert_eq!(gpu_request(&p, DEFAULT_GPU_RESOURCE), Ok(4), "max(init 4, app 2)");
+    let p = pod(json!({
+        "initContainers": [{"name": "i1", "resources": gpu("1")}],
+        "containers": [{"name": "a", "resources": gpu("2")}, {"name": "b", "resources": gpu("1")}]
+    }));
+    assert_eq!(gpu_request(&p, DEFAULT_GPU_RESOURCE), Ok(3), "max(init 1, app 3)");
+}
+
+#[test]
+fn sidecar_init_containers_add_to_the_app_sum_and_to_later_inits() {
+    let p = pod(json!({
+        "initContainers": [
+            {"name": "sidecar", "restartPolicy": "Always", "resources": gpu("1")},
+            {"name": "warmup", "resources": gpu("3")}
+        ],
+        "containers": [{"name": "a", "resources": gpu("2")}]
+    }));
+    // During warmup the sidecar runs too: 1 + 3 = 4; afterwards app 2 + sidecar 1 = 3.
+    assert_eq!(gpu_request(&p, DEFAULT_GPU_RESOURCE), Ok(4));
+}
+
+#[test]
+fn other_resources_and_missing_resources_count_zero() {
+    let p = pod(json!({"containers": [{"name": "a"}, {"name": "b", "resources": {"limits": {"cpu": "2"}}}]}));
+    assert_eq!(gpu_request(&p, DEFAULT_GPU_RESOURCE), Ok(0));
+    let p: Pod = serde_json::from_value(json!({"metadata": {"name": "p"}})).unwrap();
+    assert_eq!(gpu_request(&p, DEFAULT_GPU_RESOURCE), Ok(0));
+    let p = pod(json!({"containers": [{"name": "a", "resources": {"limits": {"amd.com/gpu": "2"}}}]}));
+    assert_eq!(gpu_request(&p, "amd.com/gpu"), Ok(2), "resource name is configurable");
+}
+
+#[test]
+fn fractional_gpu_quantity_is_an_error_naming_the_container() {
+    let p = pod(json!({"containers": [{"name": "half", "resources": {"limits": {"nvidia.com/gpu": "500m"}}}]}));
+    let e = gpu_request(&p, DEFAULT_GPU_RESOURCE).expect_err("fractional");
+    assert!(matches!(&e, RequestError::NotWhole { container, .. } if container == "half"), "{e}");
+    assert!(e.to_string().contains("500m"), "{e}");
+}
+
+fn prepared(t: &weft_topology::NodeTopology) -> PreparedNode {
+    PreparedNode::new(t).unwrap()
+}
+
+#[test]
+fn annotated_pods_hold_exactly_their_annotated_gpus() {
+    let node = prepared(&common::dgx1_v100("n"));
+    let pods = vec![
+        common::bound_pod("a", "n", 2, Some("0,3"), "2026-01-01T00:00:00Z"),
+        common::bound_pod("b", "n", 1, Some("6"), "2026-01-01T00:00:01Z"),
+    ];
+    let usage = gpus_in_use(&node, &pods, DEFAULT_GPU_RESOURCE);
+    assert_eq!(usage.used, 0b0100_1001);
+    assert_eq!(usage.free(8), vec![1, 2, 4, 5, 7]);
+    assert!(usage.issues.is_empty(), "{:?}", usage.issues);
+    assert!(usage.pods.iter().all(|p| p.source == GpuSource::Annotation));
+}
+
+#[test]
+fn unannotated_pods_are_replayed_in_creation_order_with_best_effort() {
+    let topo = common::dgx1_v100("n");
+    let node = prepared(&topo);
+    // Listed out of order: the replay sorts by creation time.
+    let pods = vec![
+        common::bound_pod("late", "n", 2, None, "2026-01-01T00:00:09Z"),
+        common::bound_pod("early", "n", 4, None, "2026-01-01T00:00:01Z"),
+    ];
+    let usage = gpus_in_use(&node, &pods, DEFAULT_GPU_RESOURCE);
+    // Expected: what weft-alloc's best-effort picks, replayed by hand in creation order.
+    let all: Vec<usize> = (0..8).collect();
+    let first = allocate(&node, &Policy::BestEffort, &Request { count: 4, available: &all, required: &[] }).unwrap();
+    let rest: Vec<usize> = all.iter().copied().filter(|g| !first.gpus.contains(g)).collect();
+    let second = allocate(&node, &Policy::BestEffort, &Request { count: 2, available: &rest, required: &[] }).unwrap();
+    assert_eq!(usage.pods[0].pod.name, "early");
+    assert_eq!(usage.pods[0].gpus, first.gpus);
+    assert_eq!(usage.pods[1].pod.name, "late");
+    assert_eq!(usage.pods[1].gpus, second.gpus);
+    assert!(usage.pods.iter().all(|p| p.source == GpuSource::Replayed));
+    assert_eq!(usage.used.count_ones(), 6);
+    // Deterministic: the same input in another order gives the same answer.
+    let reversed: Vec<Pod> = pods.iter().rev().cloned().collect();
+    assert_eq!(gpus_in_use(&node, &reversed, DEFAULT_GPU_RESOURCE), usage);
+}
+
+#[test]
+fn annotated_pods_are_accounted_before_replayed_ones() {
+    let node = prepared(&common::a100_nvswitch("n"));
+    let pods = vec![
+        common::bound_pod("old-unannotated", "n", 2, None, "2026-01-01T00:00:00Z"),
+        common::bound_pod("new-annotated", "n", 2, Some("0,1"), "2026-01-01T00:00:05Z"),
+    ];
+    let usage = gpus_in_use(&node, &pods, DEFAULT_GPU_RESOURCE);
+    let replayed = usage.pods.iter().find(|p| p.pod.name == "old-unannotated").unwrap();
+    assert!(!replayed.gpus.contains(&0) && !replayed.gpus.contains(&1), "{:?}", replayed.gpus);
+    assert_eq!(usage.used.count_ones(), 4);
+}
+
+#[test]
+fn terminal_pods_hold_nothing() {
+    let node = prepared(&common::a100_nvswitch("n"));
+    let mut done = common::bound_pod("done", "n", 8, Some("0,1,2,3,4,5,6,7"), "2026-01-01T00:00:00Z");
+    done.status.as_mut().unwrap().phase = Some("Succeeded".into());
+    let mut failed = common::bound_pod("failed", "n", 8, None, "2026-01-01T00:00:00Z");
+    failed.status.as_mut().unwrap().phase = Some("Failed".into());
+    let usage = gpus_in_use(&node, &[done, failed], DEFAULT_GPU_RESOURCE);
+    assert_eq!(usage.used, 0);
+}
+
+#[test]
+fn conflicting_and_out_of_range_annotations_are_reported_not_fatal() {
+    let node = prepared(&common::a100_nvswitch("n"));
+    let pods = vec![
+        common::bound_pod("a", "n", 2, Some("0,1"), "2026-01-01T00:00:00Z"),
+        common::bound_pod("b", "n", 2, Some("1,9"), "2026-01-01T00:00:01Z"),
+    ];
+    let usage = gpus_in_use(&node, &pods, DEFAULT_GPU_RESOURCE);
+    assert_eq!(usage.used, 0b11, "GPU9 ignored, GPU1 stays used");
+    assert!(usage.issues.iter().any(|i| matches!(i, UsageIssue::Conflict { gpu: 1, .. })), "{:?}", usage.issues);
+    assert!(usage.issues.iter().any(|i| matches!(i, UsageIssue::OutOfRange { gpu: 9, gpus: 8, .. })));
+    let text = usage.issues.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n");
+    assert!(text.contains("ml/a") && text.contains("ml/b"), "{text}");
+}
+
+#[test]
+fn malformed_annotation_falls_back_to_replay() {
+    let node = prepared(&common::a100_nvswitch("n"));
+    let pods = vec![common::bound_pod("a", "n", 3, Some("zero,one"), "2026-01-01T00:00:00Z")];
+    let usage = gpus_in_use(&node, &pods, DEFAULT_GPU_RESOURCE);
+    assert_eq!(usage.used.count_ones(), 3);
+    assert_eq!(usage.pods[0].source, GpuSource::Replayed);
+    assert!(matches!(&usage.issues[0], UsageIssue::BadAnnotation { value, .. } if value == "zero,one"));
+}
+
+#[test]
+fn annotation_count_differing_from_the_request_is_reported_and_the_annotation_wins() {
+    let node = prepared(&common::a100_nvswitch("n"));
+    let pods = vec![common::bound_pod("a", "n", 2, Some("4,5,6"), "2026-01-01T00:00:00Z")];
+    let usage = gpus_in_use(&node, &pods, DEFAULT_GPU_RESOURCE);
+    assert_eq!(usage.used, 0b0111_0000);
+    assert!(matches!(usage.issues[0], UsageIssue::CountMismatch { annotated: 3, requested: 2, .. }));
+}
+
+#[test]
+fn overcommitted_replay_marks_everything_used() {
+    let node = prepared(&common::pcie_only("n", 4));
+    let pods = vec![
+        common::bound_pod("a", "n", 3, None, "2026-01-01T00:00:00Z"),
+        common::bound_pod("b", "n", 2, None, "2026-01-01T00:00:01Z"),
+    ];
+    let usage = gpus_in_use(&node, &pods, DEFAULT_GPU_RESOURCE);
+    assert_eq!(usage.used, 0b1111);
+    assert!(matches!(usage.issues[0], UsageIssue::Overcommitted { requested: 2, free: 1, .. }), "{:?}", usage.issues);
+}
