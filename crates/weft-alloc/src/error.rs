@@ -53,6 +53,13 @@ pub enum AllocError {
     /// A malformed score matrix.
     #[error("bad score matrix: {0}")]
     BadScoreMatrix(String),
+    /// No partition of the free GPUs keeps the required GPUs together in one full group (cannot
+    /// happen for a validated request; reported instead of panicking).
+    #[error("no partition of the free GPUs into groups of {count} keeps the required GPUs in one group")]
+    NoPartition {
+        /// Request size.
+        count: usize,
+    },
     /// The static table has no set for this request.
     #[error("static table '{table}' has no fully free set of {count} GPUs holding the required GPUs")]
     NoStaticSet {
@@ -62,11 +69,18 @@ pub enum AllocError {
         count: usize,
     },
     /// A static table that does not fit the node.
-    #[error("static table '{table}': {why}")]
+    #[error("static table '{table}', size {size}, set {set:?}: {why}")]
     BadStaticTable {
         /// Table name.
         table: String,
+        /// The size key the set is listed under.
+        size: usize,
+        /// The offending set.
+        set: Vec<usize>,
         /// What is wrong.
         why: String,
     },
+    /// Static table text that does not parse.
+    #[error("static table does not parse: {0}; expected {{\"name\": ..., \"sets\": {{\"2\": [[0, 1], ...]}}}}")]
+    StaticTableFormat(String),
 }

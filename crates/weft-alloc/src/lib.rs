@@ -14,8 +14,9 @@ pub mod static_policy;
 use serde::{Deserialize, Serialize};
 use weft_topology::NodeTopology;
 
+pub use besteffort::{BestEffortOptions, Solution};
 pub use error::AllocError;
-pub use score::{NodeFit, ScoreConfig, score_node, stranded_gpus};
+pub use score::{NodeFit, ScoreCache, ScoreConfig, score_node, stranded_gpus};
 pub use static_policy::StaticTable;
 
 /// Most GPUs one node (or one NVLink domain modelled as a node) may have: GPU sets are `u128` masks.
@@ -27,6 +28,7 @@ pub struct PreparedNode {
     n: usize,
     scores: Vec<u32>,
     nvlink_peers: Vec<u128>,
+    fingerprint: u64,
 }
 
 impl PreparedNode {
@@ -45,7 +47,24 @@ impl PreparedNode {
                 }
             }
         }
-        Ok(PreparedNode { n, scores, nvlink_peers })
+        Ok(PreparedNode::assemble(n, scores, nvlink_peers))
+    }
+
+    fn assemble(n: usize, scores: Vec<u32>, nvlink_peers: Vec<u128>) -> PreparedNode {
+        // FNV-1a over the GPU count, the score matrix and the NVLink masks.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut eat = |x: u64| {
+            for b in x.to_le_bytes() {
+                h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+            }
+        };
+        eat(n as u64);
+        scores.iter().for_each(|&s| eat(u64::from(s)));
+        nvlink_peers.iter().for_each(|&m| {
+            eat(m as u64);
+            eat((m >> 64) as u64);
+        });
+        PreparedNode { n, scores, nvlink_peers, fingerprint: h }
     }
 
     /// Prepare from a raw symmetric score matrix (row-major `n × n`, zero diagonal), for tests and
@@ -70,7 +89,26 @@ impl PreparedNode {
         let nvlink_peers = (0..n)
             .map(|a| (0..n).filter(|&b| b != a && scores[a * n + b] >= 100).fold(0u128, |m, b| m | (1u128 << b)))
             .collect();
-        Ok(PreparedNode { n, scores, nvlink_peers })
+        Ok(PreparedNode::assemble(n, scores, nvlink_peers))
+    }
+
+    /// A 64-bit fingerprint of the node's scores and NVLink masks: equal nodes have equal
+    /// fingerprints (used to share [`ScoreCache`] entries between nodes of one topology).
+    pub fn fingerprint(&self) -> u64 {
+        self.fingerprint
+    }
+
+    /// The row-major `n × n` pair-score matrix.
+    pub fn scores(&self) -> &[u32] {
+        &self.scores
+    }
+
+    /// Whether two prepared nodes have identical scores and NVLink masks.
+    pub fn same_topology(&self, other: &PreparedNode) -> bool {
+        self.fingerprint == other.fingerprint
+            && self.n == other.n
+            && self.scores == other.scores
+            && self.nvlink_peers == other.nvlink_peers
     }
 
     /// Number of GPUs.
@@ -106,6 +144,13 @@ impl PreparedNode {
 }
 
 /// What to allocate.
+///
+/// Every policy checks a request the same way, in this order, and reports the first rule broken:
+/// count ≥ 1 ([`AllocError::ZeroCount`]); every available GPU exists and is listed once
+/// ([`AllocError::UnknownGpu`], [`AllocError::DuplicateGpu`]); every required GPU exists, is
+/// available and is listed once ([`AllocError::RequiredNotAvailable`]); no more required GPUs than
+/// requested ([`AllocError::TooManyRequired`]); enough available GPUs
+/// ([`AllocError::InsufficientGpus`]).
 #[derive(Clone, Copy, Debug)]
 pub struct Request<'a> {
     /// Number of GPUs wanted (≥ 1).
@@ -161,7 +206,8 @@ pub struct Allocation {
 /// Allocation policy.
 #[derive(Clone, Debug, Default)]
 pub enum Policy {
-    /// go-gpuallocator's objective, solved exactly (see [`besteffort`]).
+    /// go-gpuallocator's objective, solved exactly where the DP is cheap and by a heuristic with a
+    /// proven bound otherwise (see [`besteffort`]).
     #[default]
     BestEffort,
     /// Required GPUs plus the lowest-index free ones.
@@ -182,6 +228,12 @@ impl Policy {
 }
 
 /// Check a request against the node; returns the available mask and required mask.
+///
+/// Rules, in this order (the first that fails is reported): count ≥ 1 ([`AllocError::ZeroCount`]);
+/// every available GPU exists and is listed once ([`AllocError::UnknownGpu`],
+/// [`AllocError::DuplicateGpu`]); every required GPU exists, is available and is listed once
+/// ([`AllocError::RequiredNotAvailable`]); no more required GPUs than requested
+/// ([`AllocError::TooManyRequired`]); enough available GPUs ([`AllocError::InsufficientGpus`]).
 pub(crate) fn validate(node: &PreparedNode, req: &Request<'_>) -> Result<(u128, u128), AllocError> {
     if req.count == 0 {
         return Err(AllocError::ZeroCount);
@@ -204,6 +256,9 @@ pub(crate) fn validate(node: &PreparedNode, req: &Request<'_>) -> Result<(u128, 
         if avail & (1u128 << g) == 0 {
             return Err(AllocError::RequiredNotAvailable { gpu: g });
         }
+        if required & (1u128 << g) != 0 {
+            return Err(AllocError::DuplicateGpu { gpu: g });
+        }
         required |= 1u128 << g;
     }
     if req.required.len() > req.count {
@@ -216,6 +271,9 @@ pub(crate) fn validate(node: &PreparedNode, req: &Request<'_>) -> Result<(u128, 
 }
 
 /// Choose `req.count` GPUs on `node` under `policy`.
+///
+/// Invalid requests are typed errors (validation rules on [`Request`]), never panics and never an
+/// empty or short result.
 pub fn allocate(node: &PreparedNode, policy: &Policy, req: &Request<'_>) -> Result<Allocation, AllocError> {
     validate(node, req)?;
     match policy {

@@ -1,8 +1,46 @@
-//! Node scoring for the scheduler.
+//! Node scoring for the scheduler: how well a node can serve a pod asking for q GPUs.
+//!
+//! # Formula
+//! Let F be the node's free GPUs and S the set best-effort would hand out (see [`crate::besteffort`];
+//! the free list is taken in ascending GPU order, so the score does not depend on list order).
+//!
+//! - **Affinity** A (0–100), the link quality of S. For q ≥ 2, with `s̄ = set_score / C(q,2)` the
+//!   mean pair score of S: `A = 100 · ln(1 + s̄) / ln(1 + 1860)`; for q = 1, `A = 100`. On the
+//!   go-gpuallocator scale this gives SYS ≈ 32, NODE ≈ 40, PIX ≈ 52, NV1+SYS ≈ 63, NV2+PHB ≈ 72,
+//!   NV12 ≈ 94, NV18+SameBoard = 100.
+//! - **Remainder** R (0–100), what the allocation leaves behind:
+//!   `R = 100 · (1 − stranded(F ∖ S) / max(1, |F ∖ S|))`, where [`stranded_gpus`] counts free GPUs
+//!   that have NVLink peers on the node but no free one. A node where the pod would split the last
+//!   NVLinked pairs scores lower than one where it takes a whole pair.
+//! - `score = clamp(round((1 − w)·A + w·R), 1, 100)` with `w` = [`ScoreConfig::remainder_weight`]
+//!   (default 0.2; values outside 0..=1 are clamped, NaN means the default).
+//!
+//! # Why not the KEP's formula
+//! KEP-690 proposed `score = set_score · 100 / (q(q−1)/2 · 1800)` in integer arithmetic. It has three
+//! defects, all fixed here:
+//! 1. q = 1 gives `maxScore = 0`, a division by zero: here q = 1 has A = 100 and the node is ranked by
+//!    what it leaves behind (R).
+//! 2. The largest real pair score is 1860 (18 NVLinks + SameBoard), not 1800, so the KEP's score can
+//!    exceed 100: here the scale is 1860 and the result is clamped.
+//! 3. Integer division sends every node without NVLink (SYS = 10, PIX = 50 per pair) to 0, so the
+//!    scheduler cannot tell a PIX node from a SYS node: here the log scale keeps them apart (SYS ≈ 32,
+//!    PIX ≈ 52), the final score is at least 1, and NVLink still dominates: a pair with one NVLink
+//!    (≥ 110, A ≥ 63) has a higher A than any PCIe-only pair (≤ 60, A ≤ 55), and even one that
+//!    strands every GPU left behind (R = 0) beats a SYS-only node (0.8 · 63 = 50 > 0.8 · 32 + 20).
+//!
+//! # Caching
+//! Clusters have thousands of nodes but only a handful of topologies. [`ScoreCache`] keys the
+//! best-effort result by (topology, free mask, q): a hit skips the allocator and costs a hash lookup
+//! (the topology is recognised by [`PreparedNode::fingerprint`] and confirmed by comparing the score
+//! matrix, so a fingerprint collision cannot return a wrong answer).
+
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{AllocError, PreparedNode};
+use crate::besteffort::MixHasher;
+use crate::{AllocError, PreparedNode, Request};
 
 /// Scoring knobs.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -17,25 +55,84 @@ impl Default for ScoreConfig {
     }
 }
 
+impl ScoreConfig {
+    /// The weight actually used: clamped to 0..=1, NaN → the default 0.2.
+    pub fn effective_weight(&self) -> f64 {
+        if self.remainder_weight.is_nan() { 0.2 } else { self.remainder_weight.clamp(0.0, 1.0) }
+    }
+}
+
 /// A node's fit for a pod.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct NodeFit {
     /// 1..=100.
     pub score: u8,
-    /// The set the pod would get.
+    /// The set the pod would get (ascending).
     pub gpus: Vec<usize>,
     /// Pair-score sum of that set.
     pub set_score: u32,
+    /// Affinity term A (0–100) before weighting.
+    pub affinity: f64,
+    /// Remainder term R (0–100) before weighting.
+    pub remainder: f64,
 }
 
-/// Score a node (PLACEHOLDER formula: mean pair score on a log scale).
+/// Score a node for a pod asking `count` GPUs, given its free GPUs (any order).
+///
+/// Errors: [`AllocError::InsufficientGpus`] if fewer than `count` are free (callers filter such
+/// nodes first), [`AllocError::ZeroCount`], and the request-validation errors for unknown or
+/// duplicate GPUs.
 pub fn score_node(node: &PreparedNode, free: &[usize], count: usize, cfg: &ScoreConfig) -> Result<NodeFit, AllocError> {
-    let _ = cfg;
-    let a = crate::allocate(node, &crate::Policy::BestEffort, &crate::Request { count, available: free, required: &[] })?;
-    let pairs = (count * count.saturating_sub(1) / 2).max(1) as f64;
-    let mean = f64::from(a.set_score) / pairs;
-    let s = if count == 1 { 100.0 } else { 100.0 * (1.0 + mean).ln() / (1.0 + f64::from(weft_topology::MAX_PAIR_SCORE)).ln() };
-    Ok(NodeFit { score: s.round().clamp(1.0, 100.0) as u8, gpus: a.gpus, set_score: a.set_score })
+    let free_mask = free_mask(node, free, count)?;
+    let (gpus, set_score) = best_set(node, free_mask, count)?;
+    Ok(fit(node, free_mask, gpus, set_score, count, cfg))
+}
+
+/// Validate the free list and return it as a mask.
+fn free_mask(node: &PreparedNode, free: &[usize], count: usize) -> Result<u128, AllocError> {
+    let (mask, _) = crate::validate(node, &Request { count, available: free, required: &[] })?;
+    Ok(mask)
+}
+
+/// Best-effort set over the free mask (ascending order).
+fn best_set(node: &PreparedNode, free_mask: u128, count: usize) -> Result<(Vec<usize>, u32), AllocError> {
+    let sorted: Vec<usize> = (0..node.len()).filter(|&g| free_mask >> g & 1 == 1).collect();
+    let a = crate::besteffort::allocate(node, &Request { count, available: &sorted, required: &[] })?;
+    Ok((a.gpus, a.set_score))
+}
+
+/// The affinity term for a set of `count` GPUs with pair-score sum `set_score`.
+pub fn affinity(set_score: u32, count: usize) -> f64 {
+    if count < 2 {
+        return 100.0;
+    }
+    let pairs = (count * (count - 1) / 2) as f64;
+    let mean = f64::from(set_score) / pairs;
+    let a = 100.0 * (1.0 + mean).ln() / (1.0 + f64::from(weft_topology::MAX_PAIR_SCORE)).ln();
+    a.clamp(0.0, 100.0)
+}
+
+/// The remainder term for free GPUs `free_mask` after taking `taken`.
+pub fn remainder(node: &PreparedNode, free_mask: u128, taken: u128) -> f64 {
+    let rest = free_mask & !taken;
+    let left = rest.count_ones() as f64;
+    100.0 * (1.0 - stranded_gpus(node, rest) as f64 / left.max(1.0))
+}
+
+fn fit(
+    node: &PreparedNode,
+    free_mask: u128,
+    gpus: Vec<usize>,
+    set_score: u32,
+    count: usize,
+    cfg: &ScoreConfig,
+) -> NodeFit {
+    let taken = gpus.iter().fold(0u128, |m, &g| m | (1u128 << g));
+    let a = affinity(set_score, count);
+    let r = remainder(node, free_mask, taken);
+    let w = cfg.effective_weight();
+    let score = ((1.0 - w) * a + w * r).round().clamp(1.0, 100.0) as u8;
+    NodeFit { score, gpus, set_score, affinity: a, remainder: r }
 }
 
 /// Free GPUs that have NVLink peers on the node but no free one.
@@ -44,4 +141,138 @@ pub fn stranded_gpus(node: &PreparedNode, free_mask: u128) -> usize {
         .filter(|&g| free_mask & (1u128 << g) != 0)
         .filter(|&g| node.nvlink_peers(g) != 0 && node.nvlink_peers(g) & free_mask == 0)
         .count()
+}
+
+type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<MixHasher>>;
+
+/// One topology's cached best-effort results.
+#[derive(Debug)]
+struct TopologySlot {
+    node: PreparedNode,
+    fits: FastMap<(u128, usize), (Vec<usize>, u32)>,
+}
+
+/// A cache of best-effort results for [`score_node`], keyed by (topology, free mask, q).
+///
+/// A plain struct: the caller owns it (one per scheduling cycle or per worker) and decides when to
+/// drop it. It holds at most `capacity` results and is cleared when full. Scores are computed from
+/// the cached set on every call, so the [`ScoreConfig`] may change between calls.
+#[derive(Debug)]
+pub struct ScoreCache {
+    topologies: FastMap<u64, Vec<TopologySlot>>,
+    entries: usize,
+    capacity: usize,
+    hits: u64,
+    misses: u64,
+}
+
+impl Default for ScoreCache {
+    fn default() -> Self {
+        ScoreCache::new()
+    }
+}
+
+impl ScoreCache {
+    /// A cache holding up to 2^20 results.
+    pub fn new() -> ScoreCache {
+        ScoreCache::with_capacity(1 << 20)
+    }
+
+    /// A cache holding up to `capacity` results (at least 1).
+    pub fn with_capacity(capacity: usize) -> ScoreCache {
+        ScoreCache { topologies: FastMap::default(), entries: 0, capacity: capacity.max(1), hits: 0, misses: 0 }
+    }
+
+    /// Same contract and result as [`score_node`], using and filling the cache.
+    pub fn score(
+        &mut self,
+        node: &PreparedNode,
+        free: &[usize],
+        count: usize,
+        cfg: &ScoreConfig,
+    ) -> Result<NodeFit, AllocError> {
+        let free_mask = free_mask(node, free, count)?;
+        let key = (free_mask, count);
+        let slots = self.topologies.entry(node.fingerprint()).or_default();
+        let idx = match slots.iter().position(|s| s.node.same_topology(node)) {
+            Some(i) => i,
+            None => {
+                slots.push(TopologySlot { node: node.clone(), fits: FastMap::default() });
+                slots.len() - 1
+            }
+        };
+        if let Some((gpus, set_score)) = slots.get(idx).and_then(|s| s.fits.get(&key)) {
+            self.hits += 1;
+            return Ok(fit(node, free_mask, gpus.clone(), *set_score, count, cfg));
+        }
+        self.misses += 1;
+        let (gpus, set_score) = best_set(node, free_mask, count)?;
+        if self.entries >= self.capacity {
+            self.clear_entries();
+        }
+        let slots = self.topologies.entry(node.fingerprint()).or_default();
+        if let Some(slot) = slots.iter_mut().find(|s| s.node.same_topology(node)) {
+            slot.fits.insert(key, (gpus.clone(), set_score));
+            self.entries += 1;
+        }
+        Ok(fit(node, free_mask, gpus, set_score, count, cfg))
+    }
+
+    fn clear_entries(&mut self) {
+        for slots in self.topologies.values_mut() {
+            for s in slots.iter_mut() {
+                s.fits.clear();
+            }
+        }
+        self.entries = 0;
+    }
+
+    /// Drop every cached result and topology.
+    pub fn clear(&mut self) {
+        self.topologies.clear();
+        self.entries = 0;
+    }
+
+    /// Number of cached results.
+    pub fn len(&self) -> usize {
+        self.entries
+    }
+
+    /// Whether nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.entries == 0
+    }
+
+    /// Number of distinct topologies seen.
+    pub fn topologies(&self) -> usize {
+        self.topologies.values().map(Vec::len).sum()
+    }
+
+    /// (hits, misses) since creation.
+    pub fn stats(&self) -> (u64, u64) {
+        (self.hits, self.misses)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn affinity_scale_matches_the_documented_points() {
+        assert_eq!(affinity(10, 2).round(), 32.0);
+        assert_eq!(affinity(110, 2).round(), 63.0);
+        assert_eq!(affinity(1210, 2).round(), 94.0);
+        assert_eq!(affinity(1860, 2), 100.0);
+        assert_eq!(affinity(0, 1), 100.0);
+        assert_eq!(affinity(0, 2), 0.0);
+        assert!(affinity(u32::MAX, 2) <= 100.0);
+    }
+
+    #[test]
+    fn weight_is_clamped_and_nan_means_default() {
+        assert_eq!(ScoreConfig { remainder_weight: f64::NAN }.effective_weight(), 0.2);
+        assert_eq!(ScoreConfig { remainder_weight: 7.0 }.effective_weight(), 1.0);
+        assert_eq!(ScoreConfig { remainder_weight: -1.0 }.effective_weight(), 0.0);
+    }
 }

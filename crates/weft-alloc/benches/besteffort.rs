@@ -1,0 +1,123 @@
+//! Best-effort allocation time: every k on 8 GPUs (DGX-1 Volta) and on 16 GPUs (a seeded random
+//! topology), and k = 8 on 72 GPUs (an NVL72-like domain and a seeded random one; the heuristic
+//! path — the gap to the proven bound is printed once).
+//!
+//! `cargo bench -p weft-alloc --bench besteffort -- --warm-up-time 1 --measurement-time 3`
+
+use std::hint::black_box;
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use weft_alloc::{Optimality, Policy, PreparedNode, Request, allocate};
+use weft_topology::model::uniform_node;
+use weft_topology::{NodeTopology, PairLink, PcieRelation};
+
+/// go-gpuallocator's DGX-1 Volta test node.
+fn dgx1_volta() -> NodeTopology {
+    let mut node = uniform_node("dgx1-volta", 8, PairLink::default());
+    for a in 0..8 {
+        for b in a + 1..8 {
+            let rel = if a / 4 != b / 4 {
+                PcieRelation::Sys
+            } else if a / 2 == b / 2 {
+                PcieRelation::Pix
+            } else {
+                PcieRelation::Phb
+            };
+            node.set_link(a, b, PairLink { pcie: Some(rel), nvlinks: 0 });
+        }
+    }
+    let nv = [
+        (0, 1, 1),
+        (0, 2, 1),
+        (0, 3, 2),
+        (0, 4, 2),
+        (1, 2, 2),
+        (1, 3, 1),
+        (1, 5, 2),
+        (2, 3, 2),
+        (2, 6, 1),
+        (3, 7, 1),
+        (4, 5, 1),
+        (4, 6, 1),
+        (4, 7, 2),
+        (5, 6, 2),
+        (5, 7, 1),
+        (6, 7, 2),
+    ];
+    for (a, b, n) in nv {
+        let l = node.link(a, b);
+        node.set_link(a, b, PairLink { nvlinks: n, ..l });
+    }
+    node
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+/// Seeded random topology: PCIe relation uniform over the six, NVLinks 0..=max_nv.
+fn random_node(n: usize, max_nv: u64, seed: u64) -> NodeTopology {
+    let mut rng = Rng(seed);
+    let mut node = uniform_node("random", n, PairLink::default());
+    for a in 0..n {
+        for b in a + 1..n {
+            let pcie = PcieRelation::ALL[(rng.next() % 6) as usize];
+            let nvlinks = (rng.next() % (max_nv + 1)) as u8;
+            node.set_link(a, b, PairLink { pcie: Some(pcie), nvlinks });
+        }
+    }
+    node
+}
+
+/// NVL72-like: 18 trays of 4 GPUs, every pair NV18 through the switches; in a tray, GPUs 0-1 and
+/// 2-3 share a CPU (NODE), the other tray pairs cross CPUs (SYS); no PCIe relation across trays.
+fn nvl72() -> NodeTopology {
+    let mut node = uniform_node("nvl72", 72, PairLink { pcie: None, nvlinks: 18 });
+    for a in 0..72 {
+        for b in a + 1..72 {
+            if a / 4 == b / 4 {
+                let rel = if a / 2 == b / 2 { PcieRelation::Node } else { PcieRelation::Sys };
+                node.set_link(a, b, PairLink { pcie: Some(rel), nvlinks: 18 });
+            }
+        }
+    }
+    node
+}
+
+fn bench_node(c: &mut Criterion, group: &str, node: &PreparedNode, ks: impl Iterator<Item = usize>) {
+    let all: Vec<usize> = (0..node.len()).collect();
+    let mut g = c.benchmark_group(group);
+    for k in ks {
+        let req = Request { count: k, available: &all, required: &[] };
+        if let Ok(a) = allocate(node, &Policy::BestEffort, &req)
+            && let Optimality::Heuristic { objective, upper_bound } = a.optimality
+        {
+            eprintln!(
+                "{group} k={k}: heuristic objective {objective}, bound {upper_bound}, gap {:.3}%",
+                100.0 * a.optimality.gap()
+            );
+        }
+        g.bench_with_input(BenchmarkId::new("k", k), &req, |b, req| {
+            b.iter(|| allocate(black_box(node), &Policy::BestEffort, black_box(req)))
+        });
+    }
+    g.finish();
+}
+
+fn benches(c: &mut Criterion) {
+    let prep = |t: &NodeTopology| PreparedNode::new(t).unwrap_or_else(|e| panic!("{e}"));
+    bench_node(c, "besteffort/8gpu-dgx1v", &prep(&dgx1_volta()), 1..=8);
+    bench_node(c, "besteffort/16gpu-random", &prep(&random_node(16, 4, 16)), 1..=16);
+    bench_node(c, "besteffort/72gpu-nvl72", &prep(&nvl72()), [8].into_iter());
+    bench_node(c, "besteffort/72gpu-random", &prep(&random_node(72, 18, 72)), [8].into_iter());
+}
+
+criterion_group!(besteffort, benches);
+criterion_main!(besteffort);
