@@ -124,7 +124,7 @@ pub struct ClusterSpec {
 
 impl ClusterSpec {
     /// The embedded default: every built-in type, sized so the cluster has a mix of NVSwitch,
-    /// cube-mesh, bridged-pair and PCIe-only nodes (88 nodes, 640 GPUs).
+    /// cube-mesh, bridged-pair and PCIe-only nodes (88 nodes, 672 GPUs).
     pub fn embedded_default() -> ClusterSpec {
         let counts = [
             ("dgx1-v100", 12),
@@ -144,6 +144,28 @@ impl ClusterSpec {
                 .map(|(n, c)| NodeTypeSpec { name: n.to_string(), topology: format!("builtin:{n}"), count: *c })
                 .collect(),
         }
+    }
+
+    /// The same mix of node types scaled to `nodes` nodes in all (largest-remainder rounding, so the
+    /// counts add up exactly; a type may get 0 nodes when `nodes` is smaller than the number of types).
+    pub fn scaled(&self, nodes: usize) -> ClusterSpec {
+        let total: usize = self.node_types.iter().map(|t| t.count).sum();
+        let mut out = self.clone();
+        if total == 0 {
+            return out;
+        }
+        let exact: Vec<f64> = self.node_types.iter().map(|t| t.count as f64 * nodes as f64 / total as f64).collect();
+        let mut counts: Vec<usize> = exact.iter().map(|x| x.floor() as usize).collect();
+        let mut order: Vec<usize> = (0..counts.len()).collect();
+        order.sort_by(|&a, &b| (exact[b] - counts[b] as f64).total_cmp(&(exact[a] - counts[a] as f64)).then(a.cmp(&b)));
+        let short = nodes - counts.iter().sum::<usize>();
+        for &i in order.iter().take(short) {
+            counts[i] += 1;
+        }
+        for (t, c) in out.node_types.iter_mut().zip(counts) {
+            t.count = c;
+        }
+        out
     }
 
     /// Read a cluster file (YAML or JSON).
@@ -183,7 +205,11 @@ impl ClusterSpec {
                 }
             };
             let prepared = PreparedNode::new(&topology)?;
-            types.push(NodeType { name: spec.name.clone(), topology: Arc::new(topology), prepared: Arc::new(prepared) });
+            types.push(NodeType {
+                name: spec.name.clone(),
+                topology: Arc::new(topology),
+                prepared: Arc::new(prepared),
+            });
             for i in 0..spec.count {
                 nodes.push(SimNode { name: format!("{}-{i}", spec.name), node_type: t });
             }
@@ -256,6 +282,19 @@ mod tests {
         let c = ClusterSpec::embedded_default().build(None).unwrap();
         assert_eq!(c.nodes.len(), 88);
         assert_eq!(c.total_gpus(), 12 * 8 + 8 * 8 + 8 * 8 + 8 * 8 + 16 * 8 + 8 * 4 + 8 * 8 + 20 * 8);
+    }
+
+    #[test]
+    fn scaling_keeps_the_mix_and_hits_the_node_count() {
+        let base = ClusterSpec::embedded_default();
+        for n in [1, 7, 88, 500, 1000] {
+            let s = base.scaled(n);
+            assert_eq!(s.node_types.iter().map(|t| t.count).sum::<usize>(), n);
+        }
+        let s = base.scaled(176);
+        for (a, b) in base.node_types.iter().zip(&s.node_types) {
+            assert_eq!(b.count, 2 * a.count, "{}", a.name);
+        }
     }
 
     #[test]

@@ -16,17 +16,17 @@
 //! fragmentation this model measures.
 
 use std::cmp::{Ordering, Reverse};
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap};
 use std::time::Instant;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
-use weft_alloc::{NodeFit, Policy, Request, ScoreConfig, allocate, score_node, stranded_gpus};
+use weft_alloc::{Policy, Request, ScoreCache, ScoreConfig, allocate, stranded_gpus};
 
+use crate::SimError;
 use crate::cluster::Cluster;
 use crate::workload::SimPod;
-use crate::SimError;
 
 /// A placement policy of the comparison.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -42,7 +42,8 @@ pub enum PlacementPolicy {
 
 impl PlacementPolicy {
     /// All policies, in report order.
-    pub const ALL: [PlacementPolicy; 3] = [PlacementPolicy::Weft, PlacementPolicy::Blind, PlacementPolicy::LeastAllocated];
+    pub const ALL: [PlacementPolicy; 3] =
+        [PlacementPolicy::Weft, PlacementPolicy::Blind, PlacementPolicy::LeastAllocated];
 
     /// Name used in reports and on the command line.
     pub fn name(self) -> &'static str {
@@ -172,7 +173,9 @@ pub fn run_policy(
     let mut state = State::new(cluster);
     let mut departures: BinaryHeap<Reverse<Departure>> = BinaryHeap::new();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut fit_cache: HashMap<(usize, u128, usize), Option<NodeFit>> = HashMap::new();
+    // Nodes of one type in the same state score the same: the cache computes each (type, free set,
+    // size) once.
+    let mut fit_cache = ScoreCache::new();
     let mut by_size: BTreeMap<usize, SizeCount> = BTreeMap::new();
     let mut bandwidths: Vec<f64> = Vec::new();
     let mut all_nvlink = 0usize;
@@ -200,17 +203,10 @@ pub fn run_policy(
                     if (free.count_ones() as usize) < pod.gpus {
                         continue;
                     }
-                    let key = (node.node_type, free, pod.gpus);
-                    let fit = match fit_cache.get(&key) {
-                        Some(f) => f.clone(),
-                        None => {
-                            let prepared = &cluster.types[node.node_type].prepared;
-                            let f = score_node(prepared, &mask_to_vec(free), pod.gpus, score_config).ok();
-                            fit_cache.insert(key, f.clone());
-                            f
-                        }
+                    let prepared = &cluster.types[node.node_type].prepared;
+                    let Ok(fit) = fit_cache.score(prepared, &mask_to_vec(free), pod.gpus, score_config) else {
+                        continue;
                     };
-                    let Some(fit) = fit else { continue };
                     let free_count = free.count_ones();
                     let better = match &best {
                         None => true,

@@ -120,7 +120,11 @@ pub fn simulate(
     }
     Ok(SimReport {
         cluster: ClusterSummary { nodes: cluster.nodes.len(), gpus, node_types },
-        workload: WorkloadSummary { pods: pods.len(), by_size, offered_load: gpu_seconds / (window * gpus.max(1) as f64) },
+        workload: WorkloadSummary {
+            pods: pods.len(),
+            by_size,
+            offered_load: gpu_seconds / (window * gpus.max(1) as f64),
+        },
         policies: reports,
     })
 }

@@ -85,13 +85,14 @@ impl Generate {
     pub fn pods(&self) -> Result<Vec<SimPod>, SimError> {
         let bad = |m: String| SimError::Format { source_name: "generate".into(), message: m };
         let total: f64 = self.sizes.values().sum();
-        if self.sizes.is_empty() || !(total > 0.0) || self.sizes.values().any(|p| !(*p >= 0.0)) {
+        let positive = |x: f64| x.is_finite() && x > 0.0;
+        if self.sizes.is_empty() || !positive(total) || self.sizes.values().any(|p| !p.is_finite() || *p < 0.0) {
             return Err(bad("sizes: give at least one size with a positive share, no negative shares".into()));
         }
         if self.sizes.contains_key(&0) {
             return Err(bad("sizes: a pod of 0 GPUs is not a GPU pod".into()));
         }
-        if !(self.mean_interarrival_seconds > 0.0) || !(self.mean_duration_seconds > 0.0) {
+        if !positive(self.mean_interarrival_seconds) || !positive(self.mean_duration_seconds) {
             return Err(bad("meanInterarrivalSeconds and meanDurationSeconds must be > 0".into()));
         }
         let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
@@ -208,7 +209,8 @@ pub fn parse_workload(text: &str, source_name: &str) -> Result<Vec<SimPod>, SimE
         if d.kind.as_deref() != Some("Pod") {
             return Err(fmt(format!("{where_}: kind is {:?}; the simulator reads Pods", d.kind.unwrap_or_default())));
         }
-        let app: usize = d.spec.containers.iter().map(|c| container_gpus(c, &where_)).sum::<Result<usize, _>>().map_err(fmt)?;
+        let app: usize =
+            d.spec.containers.iter().map(|c| container_gpus(c, &where_)).sum::<Result<usize, _>>().map_err(fmt)?;
         let init = d
             .spec
             .init_containers
@@ -224,14 +226,21 @@ pub fn parse_workload(text: &str, source_name: &str) -> Result<Vec<SimPod>, SimE
             return Err(fmt(format!("{where_}: requests no {GPU_RESOURCE}; the simulator places GPU pods")));
         }
         let seconds = |key: &str| -> Result<f64, SimError> {
-            let v = d.metadata.annotations.get(key).ok_or_else(|| fmt(format!("{where_}: annotation {key} is missing")))?;
-            let x: f64 = v.parse().map_err(|_| fmt(format!("{where_}: annotation {key}='{v}' is not a number of seconds")))?;
-            if !(x >= 0.0) || !x.is_finite() {
+            let v =
+                d.metadata.annotations.get(key).ok_or_else(|| fmt(format!("{where_}: annotation {key} is missing")))?;
+            let x: f64 =
+                v.parse().map_err(|_| fmt(format!("{where_}: annotation {key}='{v}' is not a number of seconds")))?;
+            if !x.is_finite() || x < 0.0 {
                 return Err(fmt(format!("{where_}: annotation {key}='{v}' must be ≥ 0")));
             }
             Ok(x)
         };
-        pods.push(SimPod { name, gpus, arrival: seconds(ARRIVAL_ANNOTATION)?, duration: seconds(DURATION_ANNOTATION)? });
+        pods.push(SimPod {
+            name,
+            gpus,
+            arrival: seconds(ARRIVAL_ANNOTATION)?,
+            duration: seconds(DURATION_ANNOTATION)?,
+        });
     }
     pods.sort_by(|a, b| a.arrival.total_cmp(&b.arrival));
     Ok(pods)

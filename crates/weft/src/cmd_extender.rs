@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::output::score_config;
 use anyhow::Context;
 use clap::Args;
 use weft_alloc::ScoreConfig;
@@ -46,16 +47,13 @@ pub struct ExtenderArgs {
 }
 
 pub fn run(a: ExtenderArgs) -> anyhow::Result<()> {
-    if !(0.0..=1.0).contains(&a.remainder_weight) {
-        anyhow::bail!("--remainder-weight must be between 0 and 1, got {}", a.remainder_weight);
-    }
     if !(0..=10).contains(&a.neutral_score) {
         anyhow::bail!("--neutral-score must be between 0 and 10 (MaxExtenderPriority), got {}", a.neutral_score);
     }
     let cfg = ExtenderConfig {
         resource_name: a.resource_name.clone(),
         require_topology: a.require_topology,
-        score_config: ScoreConfig { remainder_weight: a.remainder_weight, ..ScoreConfig::default() },
+        score_config: score_config(a.remainder_weight)?,
         neutral_score: a.neutral_score,
         path_prefix: a.path_prefix.clone(),
         max_body_bytes: a.max_body_bytes,
@@ -66,7 +64,8 @@ pub fn run(a: ExtenderArgs) -> anyhow::Result<()> {
         let client = client_from(a.kubeconfig.clone(), a.context.clone()).await.context("connecting to Kubernetes")?;
         let view = Arc::new(KubeClusterView::spawn(client));
         let state = Arc::new(ExtenderState::new(view, cfg));
-        let listener = tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("listening on {}", a.listen))?;
+        let listener =
+            tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("listening on {}", a.listen))?;
         eprintln!("weft scheduler-extender listening on {} (ready once node and pod caches sync)", a.listen);
         serve(listener, state, async {
             let _ = tokio::signal::ctrl_c().await;

@@ -7,7 +7,7 @@ use clap::{Args, Subcommand};
 use weft_alloc::{Optimality, Policy, PreparedNode, Request, ScoreConfig, StaticTable, allocate, score_node};
 use weft_topology::read_node_file;
 
-use crate::output::{Output, parse_gpu_list, print_json, table};
+use crate::output::{GpuList, Output, parse_gpu_list, parse_gpu_list_arg, print_json, score_config, table};
 
 #[derive(Subcommand, Debug)]
 pub enum GpuCommand {
@@ -35,11 +35,11 @@ pub struct AllocateArgs {
     #[arg(long, short = 'k')]
     count: usize,
     /// Free GPUs (default: all). Order breaks ties, as in go-gpuallocator.
-    #[arg(long, value_parser = parse_gpu_list, value_name = "LIST")]
-    available: Option<Vec<usize>>,
+    #[arg(long, value_parser = parse_gpu_list_arg, value_name = "LIST")]
+    available: Option<GpuList>,
     /// GPUs that must be in the set.
-    #[arg(long, value_parser = parse_gpu_list, value_name = "LIST", default_value = "")]
-    required: Vec<usize>,
+    #[arg(long, value_parser = parse_gpu_list_arg, value_name = "LIST")]
+    required: Option<GpuList>,
     /// Policy: best-effort, simple, static:<table> (built-in: dgx1-pascal, dgx1-volta, dgx2-volta,
     /// hgx-8gpu) or static:<file> (JSON/YAML partition table).
     #[arg(long, default_value = "best-effort")]
@@ -101,8 +101,9 @@ fn allocate_cmd(a: AllocateArgs) -> anyhow::Result<()> {
     if let Policy::Static(t) = &policy {
         t.validate_for(&prepared)?;
     }
-    let available = a.available.unwrap_or_else(|| (0..node.gpu_count()).collect());
-    let alloc = allocate(&prepared, &policy, &Request { count: a.count, available: &available, required: &a.required })
+    let available = a.available.map_or_else(|| (0..node.gpu_count()).collect(), |l| l.0);
+    let required = a.required.unwrap_or_default().0;
+    let alloc = allocate(&prepared, &policy, &Request { count: a.count, available: &available, required: &required })
         .with_context(|| format!("allocating {} GPUs on {}", a.count, a.topology.display()))?;
     let mut bw = 0.0;
     let mut pairs = 0;
@@ -142,10 +143,7 @@ fn allocate_cmd(a: AllocateArgs) -> anyhow::Result<()> {
 }
 
 fn score_cmd(s: ScoreArgs) -> anyhow::Result<()> {
-    if !(0.0..=1.0).contains(&s.remainder_weight) {
-        anyhow::bail!("--remainder-weight must be between 0 and 1, got {}", s.remainder_weight);
-    }
-    let cfg = ScoreConfig { remainder_weight: s.remainder_weight, ..ScoreConfig::default() };
+    let cfg = score_config(s.remainder_weight)?;
     let mut rows = Vec::new();
     for spec in &s.nodes {
         let (path, used) = match spec.rsplit_once('@') {
@@ -160,7 +158,9 @@ fn score_cmd(s: ScoreArgs) -> anyhow::Result<()> {
         let free: Vec<usize> = (0..node.gpu_count()).filter(|g| !used.contains(g)).collect();
         let name = node.name.clone().unwrap_or_else(|| path.to_string());
         let row = match score_node(&prepared, &free, s.count, &cfg) {
-            Ok(fit) => serde_json::json!({"node": name, "fits": true, "score": fit.score, "gpus": fit.gpus, "setScore": fit.set_score}),
+            Ok(fit) => {
+                serde_json::json!({"node": name, "fits": true, "score": fit.score, "gpus": fit.gpus, "setScore": fit.set_score})
+            }
             Err(e) => serde_json::json!({"node": name, "fits": false, "score": 0, "reason": e.to_string()}),
         };
         rows.push(row);
@@ -171,10 +171,14 @@ fn score_cmd(s: ScoreArgs) -> anyhow::Result<()> {
         Output::Table => {
             let mut t = table(&["node", "score", "GPUs", "set score / reason"]);
             for r in &rows {
-                let gpus = r["gpus"].as_array().map_or(String::new(), |g| {
-                    g.iter().map(|x| format!("GPU{x}")).collect::<Vec<_>>().join(" ")
-                });
-                let last = if r["fits"] == true { r["setScore"].to_string() } else { r["reason"].as_str().unwrap_or("").to_string() };
+                let gpus = r["gpus"]
+                    .as_array()
+                    .map_or(String::new(), |g| g.iter().map(|x| format!("GPU{x}")).collect::<Vec<_>>().join(" "));
+                let last = if r["fits"] == true {
+                    r["setScore"].to_string()
+                } else {
+                    r["reason"].as_str().unwrap_or("").to_string()
+                };
                 t.add_row(vec![r["node"].as_str().unwrap_or("").to_string(), r["score"].to_string(), gpus, last]);
             }
             println!("{t}");

@@ -8,7 +8,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use weft_alloc::ScoreConfig;
 use weft_sim::{ClusterSpec, Generate, PlacementPolicy, SimReport, builtin_types, read_workload, simulate};
 
-use crate::output::{Output, print_json, table};
+use crate::output::{Output, print_json, score_config, table};
 
 #[derive(Args, Debug)]
 pub struct SimulateArgs {
@@ -19,6 +19,9 @@ pub struct SimulateArgs {
     /// and `sim.weft.io/duration` annotations; default: a generated stream.
     #[arg(long, value_name = "FILE")]
     workload: Option<PathBuf>,
+    /// Scale the cluster to this many nodes, keeping its mix of node types.
+    #[arg(long, value_name = "N")]
+    nodes: Option<usize>,
     /// Pods in the default generated stream.
     #[arg(long, default_value_t = 5000)]
     pods: usize,
@@ -72,12 +75,14 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         println!("{t}");
         return Ok(());
     }
-    if !(0.0..=1.0).contains(&args.remainder_weight) {
-        anyhow::bail!("--remainder-weight must be between 0 and 1, got {}", args.remainder_weight);
-    }
     let spec = match &args.cluster {
         Some(p) => ClusterSpec::from_file(p).with_context(|| format!("reading cluster file {}", p.display()))?,
         None => ClusterSpec::embedded_default(),
+    };
+    let spec = match args.nodes {
+        Some(0) => anyhow::bail!("--nodes must be at least 1"),
+        Some(n) => spec.scaled(n),
+        None => spec,
     };
     let base = args.cluster.as_deref().and_then(|p| p.parent());
     let cluster = spec.build(base).context("building the cluster")?;
@@ -86,7 +91,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         None => Generate::default_for(cluster.total_gpus(), args.pods, args.seed).pods()?,
     };
     let policies: Vec<PlacementPolicy> = args.policies.iter().map(|&p| p.into()).collect();
-    let score_config = ScoreConfig { remainder_weight: args.remainder_weight, ..ScoreConfig::default() };
+    let score_config = score_config(args.remainder_weight)?;
 
     let bar = ProgressBar::new((pods.len() * policies.len()) as u64);
     bar.set_draw_target(ProgressDrawTarget::stderr());

@@ -133,7 +133,8 @@ fn publish(a: PublishArgs) -> anyhow::Result<()> {
     node.name = Some(a.node.clone());
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let outcome = rt.block_on(async {
-        let client = weft_k8s::client_from(a.kubeconfig.clone(), a.context.clone()).await.context("connecting to Kubernetes")?;
+        let client =
+            weft_k8s::client_from(a.kubeconfig.clone(), a.context.clone()).await.context("connecting to Kubernetes")?;
         weft_k8s::publish_topology(client, &a.node, &node, &a.field_manager)
             .await
             .with_context(|| format!("publishing the topology of node {}", a.node))

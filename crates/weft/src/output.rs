@@ -26,10 +26,27 @@ pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A GPU list argument: `0,1,4-7` (a newtype, so clap takes it as one value).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GpuList(pub Vec<usize>);
+
+/// Parse a GPU list argument.
+pub fn parse_gpu_list_arg(s: &str) -> Result<GpuList, String> {
+    parse_gpu_list(s).map(GpuList)
+}
+
 /// Parse a GPU list: `0,1,4-7`.
 pub fn parse_gpu_list(s: &str) -> Result<Vec<usize>, String> {
     let set: weft_topology::CpuSet = s.parse().map_err(|e: weft_topology::TopologyError| {
         format!("'{s}' is not a GPU list like 0,1,4-7 ({e})").replace("CPU list", "list")
     })?;
     Ok(set.iter().map(|g| g as usize).collect())
+}
+
+/// The node-score settings from a `--remainder-weight` flag, checked.
+pub fn score_config(remainder_weight: f64) -> anyhow::Result<weft_alloc::ScoreConfig> {
+    if !(0.0..=1.0).contains(&remainder_weight) {
+        anyhow::bail!("--remainder-weight must be between 0 and 1, got {remainder_weight}");
+    }
+    Ok(weft_alloc::ScoreConfig { remainder_weight })
 }

@@ -28,7 +28,8 @@ fn simulate_reports_every_policy_and_accounts_for_every_pod() {
         let placed = p["placed"].as_u64().unwrap();
         let unplaced = p["unplaced"].as_u64().unwrap();
         assert_eq!(placed + unplaced, 400, "{p}");
-        let by_size_offered: u64 = p["bySize"].as_object().unwrap().values().map(|c| c["offered"].as_u64().unwrap()).sum();
+        let by_size_offered: u64 =
+            p["bySize"].as_object().unwrap().values().map(|c| c["offered"].as_u64().unwrap()).sum();
         assert_eq!(by_size_offered, 400);
     }
     assert_eq!(v["cluster"]["nodes"], 88);
@@ -86,7 +87,11 @@ fn simulate_reads_cluster_and_pod_manifest_files() {
 fn simulate_bad_cluster_file_names_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let cluster = dir.path().join("c.yaml");
-    std::fs::write(&cluster, "apiVersion: weft.io/v1alpha1\nkind: SimCluster\nnodeTypes:\n  - {name: x, topology: builtin:nope, count: 1}\n").unwrap();
+    std::fs::write(
+        &cluster,
+        "apiVersion: weft.io/v1alpha1\nkind: SimCluster\nnodeTypes:\n  - {name: x, topology: builtin:nope, count: 1}\n",
+    )
+    .unwrap();
     let out = weft(&["simulate", "--cluster", cluster.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
