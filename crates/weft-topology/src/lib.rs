@@ -9,6 +9,7 @@ pub mod discover;
 pub mod error;
 pub mod inventory;
 pub mod model;
+pub mod reference;
 pub mod render;
 pub mod smi;
 

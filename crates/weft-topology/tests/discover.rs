@@ -343,54 +343,37 @@ fn a_gpu_without_switch_links_shares_no_fabric() {
 
 #[test]
 fn dgx1_volta_golden_topology() {
-    // go-gpuallocator's NewDGX1VoltaNode (reference §1.7).
-    let nv = [
-        (0, 1, 1),
-        (0, 2, 1),
-        (0, 3, 2),
-        (0, 4, 2),
-        (1, 2, 2),
-        (1, 3, 1),
-        (1, 5, 2),
-        (2, 3, 2),
-        (2, 6, 1),
-        (3, 7, 1),
-        (4, 5, 1),
-        (4, 6, 1),
-        (4, 7, 2),
-        (5, 6, 2),
-        (5, 7, 1),
-        (6, 7, 2),
-    ];
+    // go-gpuallocator's NewDGX1VoltaNode (reference §1.7), served by the fake NVML: discovery must
+    // give back both relations of every pair.
+    let reference = weft_topology::reference::dgx1_volta();
+    let level_of = |r: PcieRelation| match r {
+        PcieRelation::SameBoard => NvmlTopologyLevel::Internal,
+        PcieRelation::Pix => NvmlTopologyLevel::Single,
+        PcieRelation::Pxb => NvmlTopologyLevel::Multiple,
+        PcieRelation::Phb => NvmlTopologyLevel::HostBridge,
+        PcieRelation::Node => NvmlTopologyLevel::Node,
+        PcieRelation::Sys => NvmlTopologyLevel::System,
+    };
     let mut f = FakeNvml::new("1");
     for i in 0..8 {
         f = f.gpu("Tesla V100-SXM2-32GB", &bus(i));
     }
-    for a in 0..8u32 {
+    for a in 0..8usize {
         for b in (a + 1)..8 {
-            let level = if a / 4 != b / 4 {
-                NvmlTopologyLevel::System
-            } else if a / 2 == b / 2 {
-                NvmlTopologyLevel::Single
-            } else {
-                NvmlTopologyLevel::HostBridge
-            };
-            f = f.level(a, b, level);
+            let l = reference.link(a, b);
+            f = f.level(a as u32, b as u32, level_of(l.pcie.unwrap()));
+            if l.nvlinks > 0 {
+                f = f.nvlinks(a as u32, b as u32, l.nvlinks.into());
+            }
         }
     }
-    for (a, b, c) in nv {
-        f = f.nvlinks(a, b, c);
-    }
     let r = report(f);
-    for (a, b, c) in nv {
-        assert_eq!(nvlinks(&r, a as usize, b as usize), c as u8, "GPU{a}-GPU{b}");
+    for a in 0..8 {
+        for b in 0..8 {
+            assert_eq!(r.links[a * 8 + b], reference.link(a, b), "GPU{a}-GPU{b}");
+        }
     }
-    let at = |a: usize, b: usize| r.links[a * 8 + b];
-    assert_eq!(at(0, 3), PairLink { pcie: Some(PcieRelation::Phb), nvlinks: 2 });
-    assert_eq!(at(0, 3).score(), 230, "NV2 on a PHB pair scores 230");
-    assert_eq!(at(0, 1), PairLink { pcie: Some(PcieRelation::Pix), nvlinks: 1 });
-    assert_eq!(at(0, 5), PairLink { pcie: Some(PcieRelation::Sys), nvlinks: 0 });
-    assert_eq!(at(3, 0), at(0, 3), "symmetric");
+    assert_eq!(r.links[3].score(), 230, "NV2 on a PHB pair scores 230");
 }
 
 #[test]

@@ -20,31 +20,11 @@ pub fn a100_nvswitch(name: &str) -> NodeTopology {
     t
 }
 
-/// DGX-1 V100 hybrid cube-mesh (reference fixture [A]): NV1/NV2 links, SYS across sockets.
+/// DGX-1 V100 hybrid cube-mesh as NVML reports it (go-gpuallocator's reference node, both relations
+/// per pair), named `name`.
 pub fn dgx1_v100(name: &str) -> NodeTopology {
-    let mut t = uniform_node(name, 8, PairLink { pcie: Some(PcieRelation::Sys), nvlinks: 0 });
-    let nv = [
-        (0, 1, 1),
-        (0, 2, 1),
-        (0, 3, 2),
-        (0, 4, 2),
-        (1, 2, 2),
-        (1, 3, 1),
-        (1, 5, 2),
-        (2, 3, 2),
-        (2, 6, 1),
-        (3, 7, 1),
-        (4, 5, 1),
-        (4, 6, 1),
-        (4, 7, 2),
-        (5, 6, 2),
-        (5, 7, 1),
-        (6, 7, 2),
-    ];
-    for (a, b, n) in nv {
-        t.set_link(a, b, PairLink { pcie: None, nvlinks: n });
-    }
-    t.infer_generations();
+    let mut t = weft_topology::reference::dgx1_volta();
+    t.name = Some(name.to_string());
     t
 }
 
