@@ -54,6 +54,35 @@
 //!   sort last) and taking the first that reaches the state's optimum: that yields the
 //!   lexicographically first optimal partition, the one upstream keeps.
 //!
+//! # Branch and bound at the top state
+//! With three groups, as 16 GPUs in groups of 6 (6 + 6 + 4), the DP shares nothing: each of
+//! upstream's 840,840 partitions is a distinct transition. So on at most 20 free GPUs, when three or
+//! more groups are to be formed, the top state is solved by branch and bound instead, and the states
+//! one group below it (its children) are evaluated only when they may still lead to the optimum;
+//! deeper states are solved bottom-up as before. [`TopPruning`] selects this; by default it is used
+//! when there are at most three full groups (`⌊n/k⌋ ≤ 3`), where the bound is tight.
+//!
+//! - **Bound.** A child `X` holds f full groups and maybe the short one. With `U_j[X]` the best
+//!   score of any j GPUs of X, `best(X) ≤ f·U_k[X] + U_r[X]` (the groups are disjoint subsets of
+//!   X). `U_j` is a table over all masks of positions 1..n − 1 (the top's group holds position 0):
+//!   the scores of the sets of at most j positions (`S[y] = S[y∖a] + S[y∖b] − S[y∖{a,b}] + w(a,b)`
+//!   for the two lowest members a, b), then a running max over submasks, one position at a time
+//!   (each pass a max of two contiguous halves); set scores only grow with the set, so that max is
+//!   the best j-subset. Two tables of `2^(n−1)` entries, about 0.1 ms on 16 GPUs; each candidate's
+//!   bound is then two lookups. On seeded random 16-GPU nodes with k = 6, 2–13 % of the 3,458 top
+//!   groups have a bound reaching the optimum, and 71–439 children were evaluated (k = 5: 33–228
+//!   of 1,366; k = 7: 14–22 of 5,020). The sum of all pairs of X, by contrast, prunes nothing: it
+//!   counts 45 pairs where a 6 + 4 split has 21.
+//! - **Search.** Candidates (the top's qualifying groups) are taken by decreasing bound, ties in
+//!   upstream's order; a child is evaluated exactly (and memoised) unless the candidate's bound is
+//!   **below** the best value found, or equal to it while the candidate comes after, in upstream's
+//!   order, the earliest group known to reach that value. Every candidate that reaches the optimum
+//!   and could be the one upstream keeps is therefore evaluated, so the reconstruction (the first
+//!   group, in upstream's order, that reaches the optimum) is unchanged, and on a node where every
+//!   partition ties the first candidate settles it. Upstream's order of two groups is decided by the
+//!   lowest position where they differ (the group holding it comes first; nils sort last), i.e. by
+//!   comparing bit-reversed masks.
+//!
 //! # When the exact solver is used
 //! The switch is decided by the DP's size, not by a fixed GPU count. [`exact_work_estimate`] counts
 //! the group candidates the DP examines on a request without required GPUs. A state of size s is
@@ -66,10 +95,11 @@
 //! n > 22), the DP runs; otherwise the heuristic does. With the default, every request on ≤ 17 free
 //! GPUs is exact; on 18 all but k = 7; on 19–22 k = 2 (k = 3 up to 21) and k ≥ ⌊n/2⌋; k = 2 up to
 //! 24; and on larger nodes only requests leaving a few GPUs out (72 GPUs: k ≥ 69). A 72-GPU NVLink
-//! domain with k = 8 (≈ 2·10²⁶) is heuristic. (An exact solver
-//! cannot beat the count for three-group problems such as 16 GPUs in groups of 6: every one of
-//! upstream's 840,840 partitions is a distinct transition. Branch and bound with the per-GPU bound
-//! below was tried and lost: on 16 GPUs the bound costs as much as the evaluation it saves.)
+//! domain with k = 8 (≈ 2·10²⁶) is heuristic. The estimate ignores the branch and bound above, so
+//! it overstates the work where that applies (16 GPUs, k = 6: 848,302 transitions counted, while
+//! the benchmark node evaluates the children of 71 of the 3,458 top groups, at most 462
+//! transitions each). (Branch and bound with the per-GPU bound below was tried first and
+//! lost: computed per child, it cost as much as the evaluation it saved.)
 //!
 //! # Heuristic
 //! Greedy construction (the required GPUs seed one full group; other groups are seeded with the
@@ -93,9 +123,9 @@
 //! while the bound sat 5–25 % above it. On an NVL72-like domain (every pair NV18, trays of four)
 //! the bound is met and the reported gap is 0.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::{BitAnd, BitOr, BitXor, Not};
+
+use rustc_hash::FxHashMap;
 
 use crate::{AllocError, Allocation, Optimality, PreparedNode, Request};
 
@@ -110,6 +140,10 @@ pub const DEFAULT_HEURISTIC_ITERATIONS: u32 = 600;
 /// larger exact problems use a hash map.
 const FLAT_MEMO_MAX_N: usize = 22;
 
+/// Largest node (free GPUs) on which the top state is solved by branch and bound: its two tables
+/// have `2^(n−1)` entries each (2 MiB each at 20).
+const PRUNE_MAX_N: usize = 20;
+
 /// Tuning knobs of the best-effort solver.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BestEffortOptions {
@@ -118,11 +152,32 @@ pub struct BestEffortOptions {
     pub max_exact_work: u64,
     /// Perturbation rounds of the iterated local search.
     pub heuristic_iterations: u32,
+    /// When the DP's top state is solved by branch and bound (the result is the same either way).
+    pub top_pruning: TopPruning,
+}
+
+/// Whether the exact DP solves its top state by branch and bound (see the module docs). It can on
+/// at most 20 free GPUs when three or more groups are to be formed; the result is the same either
+/// way, only the time differs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TopPruning {
+    /// Where it pays: also at most three full groups (`⌊n/k⌋ ≤ 3`); with more, the bound is too
+    /// loose to repay its tables.
+    #[default]
+    Auto,
+    /// Wherever it can be applied.
+    Always,
+    /// Never.
+    Never,
 }
 
 impl Default for BestEffortOptions {
     fn default() -> Self {
-        BestEffortOptions { max_exact_work: DEFAULT_MAX_EXACT_WORK, heuristic_iterations: DEFAULT_HEURISTIC_ITERATIONS }
+        BestEffortOptions {
+            max_exact_work: DEFAULT_MAX_EXACT_WORK,
+            heuristic_iterations: DEFAULT_HEURISTIC_ITERATIONS,
+            top_pruning: TopPruning::Auto,
+        }
     }
 }
 
@@ -198,9 +253,14 @@ pub fn solve(node: &PreparedNode, req: &Request<'_>, opts: &BestEffortOptions) -
         (vec![all], problem.group_score(all), Optimality::Exact)
     } else if work <= limit {
         let (groups, objective) = if flat {
-            exact::<u32, _>(&problem, FlatMemo(vec![0u32; 1usize << n]))
+            let prune = match opts.top_pruning {
+                TopPruning::Auto => n / k <= 3,
+                TopPruning::Always => true,
+                TopPruning::Never => false,
+            };
+            exact::<u32, _>(&problem, FlatMemo(vec![0u32; 1usize << n]), prune)
         } else {
-            exact::<u128, _>(&problem, HashMemo(HashMap::default()))
+            exact::<u128, _>(&problem, HashMemo(FxHashMap::default()), false)
         }
         .ok_or(AllocError::NoPartition { count: k })?;
         (groups, u64::from(objective), Optimality::Exact)
@@ -445,7 +505,7 @@ impl Memo<u32> for FlatMemo {
 }
 
 /// Hash map memo for large, sparse state spaces.
-struct HashMemo(HashMap<u128, u32, BuildHasherDefault<MixHasher>>);
+struct HashMemo(FxHashMap<u128, u32>);
 
 impl Memo<u128> for HashMemo {
     #[inline]
@@ -455,40 +515,6 @@ impl Memo<u128> for HashMemo {
     #[inline]
     fn set(&mut self, m: u128, v: u32) {
         self.0.insert(m, v);
-    }
-}
-
-/// A small multiplicative hasher for integer keys (masks, fingerprints).
-#[derive(Default, Clone, Copy)]
-pub(crate) struct MixHasher(u64);
-
-impl Hasher for MixHasher {
-    #[inline]
-    fn finish(&self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 33;
-        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        x ^= x >> 33;
-        x
-    }
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-    #[inline]
-    fn write_u64(&mut self, i: u64) {
-        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-    #[inline]
-    fn write_u128(&mut self, i: u128) {
-        self.write_u64(i as u64);
-        self.write_u64((i >> 64) as u64);
-    }
-    #[inline]
-    fn write_usize(&mut self, i: usize) {
-        self.write_u64(i as u64);
     }
 }
 
@@ -966,12 +992,14 @@ fn compact_state<M: Mask, T: Memo<M>>(
 
 /// Exact DP: solve every reachable state with at least two groups left bottom-up (by increasing
 /// size, so a state's children are always solved before it), then rebuild the lexicographically
-/// first optimal partition top-down. Returns the groups (position masks, in upstream's order) and
-/// the optimum.
-fn exact<M: Mask, T: Memo<M>>(p: &Problem<'_>, mut memo: T) -> Option<(Vec<u128>, u32)> {
+/// first optimal partition top-down. With `prune` (honoured on at most [`PRUNE_MAX_N`] positions
+/// with three or more groups), the top state and its children are left out of the bottom-up pass
+/// and solved by [`prune_top`] instead. Returns the groups (position masks, in upstream's order)
+/// and the optimum.
+fn exact<M: Mask, T: Memo<M>>(p: &Problem<'_>, mut memo: T, prune: bool) -> Option<(Vec<u128>, u32)> {
     let (n, k, r) = (p.n, p.k, p.r);
     let req = M::from_u128(p.req);
-    let groups_left = |s: usize| if r != 0 && s % k == r { (s - r) / k + 1 } else { s / k };
+    let groups_left = |s: usize| groups_left(s, k, r);
     let full = (0..n).fold(M::ZERO, |m, i| m | M::bit(i));
     if groups_left(n) <= 1 {
         // k = n: one group, every required GPU in it.
@@ -994,7 +1022,10 @@ fn exact<M: Mask, T: Memo<M>>(p: &Problem<'_>, mut memo: T) -> Option<(Vec<u128>
         s -= k;
         t += 1;
     }
-    sizes.retain(|&(s, _)| s > 0 && groups_left(s) >= 2);
+    // With three or more groups at the top, branch and bound solves the top state (t = 0) and
+    // evaluates the states one group below it (t = 1) only where they may still lead to the optimum.
+    let prune = prune && groups_left(n) >= 3 && n <= PRUNE_MAX_N;
+    sizes.retain(|&(s, t)| s > 0 && groups_left(s) >= 2 && !(prune && t <= 1));
     sizes.sort_unstable();
     let mut acc = vec![0i32; k * n];
     let mut deg = vec![0i32; n];
@@ -1022,6 +1053,10 @@ fn exact<M: Mask, T: Memo<M>>(p: &Problem<'_>, mut memo: T) -> Option<(Vec<u128>
             }
         }
     }
+    if prune {
+        let top = prune_top(p, &mut memo, full, &mut acc, &mut deg, &mut cx);
+        memo.set(full, top);
+    }
     let top = memo.get(full);
     if top < 2 {
         return None;
@@ -1041,6 +1076,168 @@ fn exact<M: Mask, T: Memo<M>>(p: &Problem<'_>, mut memo: T) -> Option<(Vec<u128>
         rem = rem ^ g;
     }
     Some((groups, top - 2))
+}
+
+/// Branch and bound at the top state (three or more groups left; the states one group below it, of
+/// sizes n − k and n − r, are not in the memo yet, deeper ones are). Returns the top's encoded value
+/// and leaves in the memo every child state it evaluated, which includes every child through which
+/// the optimum is reached, so the reconstruction (first group reaching the optimum, in upstream's
+/// order) is unchanged.
+///
+/// A child `X` holds f full groups and maybe the short one; with `U_j[X]` the best score of any j
+/// GPUs of X, `best(X) ≤ f·U_k[X] + U_r[X]` (the groups are disjoint subsets of X). The candidates
+/// are evaluated by decreasing `score(g) + bound(X)` and the search stops at the first whose bound
+/// is **below** the best value found (never on equality).
+fn prune_top<M: Mask, T: Memo<M>>(
+    p: &Problem<'_>,
+    memo: &mut T,
+    full: M,
+    acc: &mut [i32],
+    deg: &mut [i32],
+    cx: &mut Compact<M>,
+) -> u32 {
+    let (n, k, r) = (p.n, p.k, p.r);
+    let nb = n - 1;
+    let req = M::from_u128(p.req);
+    // Tables over positions 1..n − 1 (index: mask >> 1). Scores of the sets of at most k positions,
+    // and of at most r, then each turned into "best k (r) positions of the set".
+    let mut uk = subset_scores(p, k);
+    let mut ur = Vec::new();
+    if r >= 2 {
+        ur.resize(1 << nb, 0);
+        for c in 2..=r {
+            for y in combinations(nb, c) {
+                ur[y] = uk[y];
+            }
+        }
+    }
+    // Candidates: the qualifying groups holding position 0 (full ones, then short ones), as
+    // (bound, own score, group mask); values are encoded like the memo (+ 2).
+    let mut cands: Vec<(u32, u32, u32)> = Vec::new();
+    for size in [k, r] {
+        if size == 0 {
+            continue;
+        }
+        let is_full = size == k;
+        for y in combinations(nb, size - 1) {
+            let g = y << 1 | 1;
+            let gm = M::from_u128(g as u128);
+            if !(gm & req == M::ZERO || (is_full && gm & req == req)) {
+                continue;
+            }
+            let own = uk[y] + bits_of(y as u128).map(|v| p.w[v + 1]).sum::<u32>();
+            cands.push((0, own, g as u32));
+        }
+    }
+    max_over_subsets(&mut uk, nb);
+    max_over_subsets(&mut ur, nb);
+    let all = (1usize << nb) - 1;
+    for c in &mut cands {
+        let x = all & !(c.2 as usize >> 1);
+        let s = n - c.2.count_ones() as usize;
+        let pending = r != 0 && s % k == r;
+        let nf = (s - if pending { r } else { 0 }) / k;
+        let short = if pending { ur.get(x).copied().unwrap_or(0) } else { 0 };
+        c.0 = c.1 + nf as u32 * uk[x] + short + 2;
+    }
+    let mut eval = |memo: &mut T, own: u32, g: u32| -> u32 {
+        let x = full ^ M::from_u128(u128::from(g));
+        let s = x.count();
+        let last = groups_left(s, k, r) == 2;
+        let v = if x & req == M::ZERO {
+            compact_state(p, memo, x, s, last, cx)
+        } else {
+            run_state(p, memo, req, x, s, last, acc, deg, None).0
+        };
+        memo.set(x, v);
+        if v >= 2 { own + v } else { 0 }
+    };
+    // Upstream's order of groups (lexicographic in positions, a short group after the full groups
+    // extending it): g comes before h iff the lowest position where they differ is g's, i.e. iff
+    // g's bit-reversed mask is the larger. Candidates are taken by decreasing (bound, reversed
+    // mask): a bound strictly below the best value found ends the search; so does a bound equal to
+    // it once the candidate comes after the earliest group known to reach that value (every later
+    // candidate is then no better, or equal and later in upstream's order).
+    let order = |c: &(u32, u32, u32)| (u64::from(c.0) << 32) | u64::from(c.2.reverse_bits());
+    let (mut best, mut best_rev) = (0u32, 0u32);
+    if let Some(&(_, own, g)) = cands.iter().max_by_key(|c| order(c)) {
+        best = eval(memo, own, g);
+        best_rev = g.reverse_bits();
+    }
+    cands.retain(|c| c.0 >= best);
+    cands.sort_unstable_by_key(|c| std::cmp::Reverse(order(c)));
+    for &(ub, own, g) in &cands {
+        let rev = g.reverse_bits();
+        if ub < best || (ub == best && rev < best_rev) {
+            break;
+        }
+        if memo.get(full ^ M::from_u128(u128::from(g))) != 0 {
+            continue;
+        }
+        let v = eval(memo, own, g);
+        if v > best || (v == best && rev > best_rev) {
+            (best, best_rev) = (v, rev);
+        }
+    }
+    if best >= 2 { best } else { 1 }
+}
+
+/// The `c`-subsets of `0..n` as bit masks, in increasing order (Gosper's hack; n ≤ 20 here).
+fn combinations(n: usize, c: usize) -> impl Iterator<Item = usize> {
+    let end = 1usize << n;
+    let mut v = if c > n { end } else { (1usize << c) - 1 };
+    std::iter::from_fn(move || {
+        if v >= end {
+            return None;
+        }
+        let cur = v;
+        v = if v == 0 {
+            end
+        } else {
+            let t = v | (v - 1);
+            (t + 1) | (((!t & (t + 1)) - 1) >> (v.trailing_zeros() + 1))
+        };
+        Some(cur)
+    })
+}
+
+/// `S[y]`, the sum of pair scores inside y, for every set y of at most `max` of the positions
+/// 1..n − 1 (bit i of y is position i + 1), 0 for larger sets:
+/// `S[y] = S[y ∖ a] + S[y ∖ b] − S[y ∖ {a, b}] + w(a, b)` for the two lowest members a, b of y, by
+/// increasing size.
+fn subset_scores(p: &Problem<'_>, max: usize) -> Vec<u32> {
+    let (n, nb) = (p.n, p.n - 1);
+    let mut s = vec![0u32; 1 << nb];
+    for c in 2..=max.min(nb) {
+        for y in combinations(nb, c) {
+            let rest = y & (y - 1);
+            let (a, b) = (y.trailing_zeros() as usize + 1, rest.trailing_zeros() as usize + 1);
+            s[y] = s[rest] - s[rest & (rest - 1)] + s[y ^ (1 << (b - 1))] + p.w[a * n + b];
+        }
+    }
+    s
+}
+
+/// Replace every entry by the largest entry over its submasks (one position at a time; each pass
+/// is a max of two contiguous halves, so it vectorises). On set scores, which only grow with the
+/// set, cut off above size j, this gives the best score of j members of each set of at least j.
+fn max_over_subsets(u: &mut [u32], nb: usize) {
+    if u.len() != 1 << nb {
+        return;
+    }
+    for t in 0..nb {
+        for chunk in u.chunks_exact_mut(2 << t) {
+            let (lo, hi) = chunk.split_at_mut(1 << t);
+            for (h, &l) in hi.iter_mut().zip(lo.iter()) {
+                *h = (*h).max(l);
+            }
+        }
+    }
+}
+
+/// Groups still to form in a state of `s` GPUs (the short group is pending while s ≡ r mod k).
+fn groups_left(s: usize, k: usize, r: usize) -> usize {
+    if r != 0 && s % k == r { (s - r) / k + 1 } else { s / k }
 }
 
 /// Advance `idx` (ascending indices below `n`) to the next combination in lexicographic order;

@@ -11,10 +11,13 @@ pub mod error;
 pub mod score;
 pub mod static_policy;
 
+use std::hash::{Hash, Hasher};
+
+use rustc_hash::FxHasher;
 use serde::{Deserialize, Serialize};
 use weft_topology::NodeTopology;
 
-pub use besteffort::{BestEffortOptions, Solution};
+pub use besteffort::{BestEffortOptions, Solution, TopPruning};
 pub use error::AllocError;
 pub use score::{NodeFit, ScoreCache, ScoreConfig, score_node, stranded_gpus};
 pub use static_policy::StaticTable;
@@ -51,19 +54,13 @@ impl PreparedNode {
     }
 
     fn assemble(n: usize, scores: Vec<u32>, nvlink_peers: Vec<u128>) -> PreparedNode {
-        // FNV-1a over the GPU count, the score matrix and the NVLink masks.
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        let mut eat = |x: u64| {
-            for b in x.to_le_bytes() {
-                h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-            }
-        };
-        eat(n as u64);
-        scores.iter().for_each(|&s| eat(u64::from(s)));
-        nvlink_peers.iter().for_each(|&m| {
-            eat(m as u64);
-            eat((m >> 64) as u64);
-        });
+        // FxHash over the GPU count, the score matrix and the NVLink masks (slices hash their
+        // length too).
+        let mut h = FxHasher::default();
+        n.hash(&mut h);
+        scores.hash(&mut h);
+        nvlink_peers.hash(&mut h);
+        let h = h.finish();
         PreparedNode { n, scores, nvlink_peers, fingerprint: h }
     }
 

@@ -34,12 +34,9 @@
 //! (the topology is recognised by [`PreparedNode::fingerprint`] and confirmed by comparing the score
 //! matrix, so a fingerprint collision cannot return a wrong answer).
 
-use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
-
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
-use crate::besteffort::MixHasher;
 use crate::{AllocError, PreparedNode, Request};
 
 /// Scoring knobs.
@@ -143,13 +140,11 @@ pub fn stranded_gpus(node: &PreparedNode, free_mask: u128) -> usize {
         .count()
 }
 
-type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<MixHasher>>;
-
 /// One topology's cached best-effort results.
 #[derive(Debug)]
 struct TopologySlot {
     node: PreparedNode,
-    fits: FastMap<(u128, usize), (Vec<usize>, u32)>,
+    fits: FxHashMap<(u128, usize), (Vec<usize>, u32)>,
 }
 
 /// A cache of best-effort results for [`score_node`], keyed by (topology, free mask, q).
@@ -159,7 +154,7 @@ struct TopologySlot {
 /// the cached set on every call, so the [`ScoreConfig`] may change between calls.
 #[derive(Debug)]
 pub struct ScoreCache {
-    topologies: FastMap<u64, Vec<TopologySlot>>,
+    topologies: FxHashMap<u64, Vec<TopologySlot>>,
     entries: usize,
     capacity: usize,
     hits: u64,
@@ -180,7 +175,7 @@ impl ScoreCache {
 
     /// A cache holding up to `capacity` results (at least 1).
     pub fn with_capacity(capacity: usize) -> ScoreCache {
-        ScoreCache { topologies: FastMap::default(), entries: 0, capacity: capacity.max(1), hits: 0, misses: 0 }
+        ScoreCache { topologies: FxHashMap::default(), entries: 0, capacity: capacity.max(1), hits: 0, misses: 0 }
     }
 
     /// Same contract and result as [`score_node`], using and filling the cache.
@@ -197,7 +192,7 @@ impl ScoreCache {
         let idx = match slots.iter().position(|s| s.node.same_topology(node)) {
             Some(i) => i,
             None => {
-                slots.push(TopologySlot { node: node.clone(), fits: FastMap::default() });
+                slots.push(TopologySlot { node: node.clone(), fits: FxHashMap::default() });
                 slots.len() - 1
             }
         };

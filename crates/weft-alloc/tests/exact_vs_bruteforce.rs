@@ -1,12 +1,12 @@
 //! Property tests: the best-effort solver against a brute force that enumerates partitions exactly
-//! as go-gpuallocator does (tests/common), on random topologies up to 10 GPUs.
+//! as go-gpuallocator does (tests/common), on random topologies up to 12 GPUs.
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
 mod common;
 
 use proptest::prelude::*;
-use weft_alloc::besteffort::{self, BestEffortOptions};
+use weft_alloc::besteffort::{self, BestEffortOptions, TopPruning};
 use weft_alloc::{AllocError, Optimality, Policy, PreparedNode, Request, StaticTable, allocate};
 use weft_topology::model::uniform_node;
 use weft_topology::{PairLink, PcieRelation};
@@ -66,12 +66,56 @@ fn case_in(
         })
 }
 
+/// A node whose pairs take one of two links (SYS, or SYS plus one NVLink): optima tie very often.
+fn two_valued_node(n: usize) -> impl Strategy<Value = PreparedNode> {
+    proptest::collection::vec(proptest::bool::weighted(0.3), n * (n.saturating_sub(1)) / 2).prop_map(move |nv| {
+        let mut t = uniform_node("two-valued", n, PairLink { pcie: Some(PcieRelation::Sys), nvlinks: 0 });
+        let mut it = nv.into_iter();
+        for a in 0..n {
+            for b in a + 1..n {
+                if it.next() == Some(true) {
+                    t.set_link(a, b, PairLink { pcie: Some(PcieRelation::Sys), nvlinks: 1 });
+                }
+            }
+        }
+        PreparedNode::new(&t).unwrap()
+    })
+}
+
+/// Cases with three or more groups: 6 to 12 free GPUs, 2 ≤ k ≤ |available| / 3 (where the top state
+/// is solved by branch and bound when forced), on random or tie-heavy two-valued nodes; required
+/// GPUs as in [`case`].
+fn three_group_case() -> impl Strategy<Value = (PreparedNode, Vec<usize>, Vec<usize>, usize)> {
+    (6usize..=12)
+        .prop_flat_map(|n| {
+            (prop_oneof![node(n), two_valued_node(n)], Just((0..n).collect::<Vec<_>>()).prop_shuffle(), 6..=n)
+        })
+        .prop_flat_map(|(node, perm, navail)| {
+            let avail: Vec<usize> = perm[..navail].to_vec();
+            (Just(node), Just(avail), 2..=navail / 3)
+        })
+        .prop_flat_map(|(node, avail, k)| {
+            let nreq = prop_oneof![Just(0usize), 0..=k];
+            (Just(node), Just(avail.clone()), Just(avail).prop_shuffle(), nreq, Just(k))
+        })
+        .prop_map(|(node, avail, shuffled, nreq, k)| {
+            let required = shuffled[..nreq].to_vec();
+            (node, avail, required, k)
+        })
+}
+
+/// 1500 cases per property, or `PROPTEST_CASES` when set (e.g. a long release run).
+fn config() -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(1500);
+    ProptestConfig { cases, failure_persistence: None, ..ProptestConfig::default() }
+}
+
 fn set_score(node: &PreparedNode, set: &[usize]) -> u64 {
     u64::from(node.set_score(set))
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 1500, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(config())]
 
     /// Same objective, same set (tie-breaks included), required held, size k, all from available.
     #[test]
@@ -87,6 +131,30 @@ proptest! {
         prop_assert!(required.iter().all(|r| got.gpus.contains(r)));
         prop_assert!(got.gpus.iter().all(|g| avail.contains(g)));
         prop_assert_eq!(u64::from(got.set_score), set_score(&node, &got.gpus));
+        // Branch and bound at the top state (on wherever it applies, and off) changes nothing.
+        for top_pruning in [TopPruning::Always, TopPruning::Never] {
+            let opts = BestEffortOptions { top_pruning, ..BestEffortOptions::default() };
+            let other = besteffort::allocate_with(&node, &req, &opts).unwrap();
+            prop_assert_eq!(&other, &got);
+        }
+    }
+
+    /// Branch and bound at the top state, forced on where it applies (three or more groups): same
+    /// set and objective as upstream's enumeration, tie-breaks included, on up to 12 free GPUs.
+    #[test]
+    fn pruned_top_state_matches_upstream_enumeration((node, avail, required, k) in three_group_case()) {
+        let req = Request { count: k, available: &avail, required: &required };
+        let opts = BestEffortOptions { top_pruning: TopPruning::Always, ..BestEffortOptions::default() };
+        let got = besteffort::allocate_with(&node, &req, &opts).unwrap();
+        let (mut want, want_obj) = common::brute_force(&node, &avail, &required, k).unwrap();
+        want.sort_unstable();
+        prop_assert_eq!(&got.gpus, &want);
+        prop_assert_eq!(got.objective, want_obj);
+        prop_assert_eq!(got.optimality, Optimality::Exact);
+        // The whole partition (upstream's lexicographically first optimal one) is the unpruned DP's.
+        let pruned = besteffort::solve(&node, &req, &opts).unwrap();
+        let plain = BestEffortOptions { top_pruning: TopPruning::Never, ..BestEffortOptions::default() };
+        prop_assert_eq!(pruned, besteffort::solve(&node, &req, &plain).unwrap());
     }
 
     /// The full solution is a partition of the free GPUs into groups of k plus one short group, its
@@ -119,7 +187,7 @@ proptest! {
     fn heuristic_is_valid_and_its_bound_holds((node, avail, required, k) in case_in(3, 2, 1)) {
         let req = Request { count: k, available: &avail, required: &required };
         let exact = besteffort::solve(&node, &req, &BestEffortOptions::default()).unwrap();
-        let opts = BestEffortOptions { max_exact_work: 0, heuristic_iterations: 50 };
+        let opts = BestEffortOptions { max_exact_work: 0, heuristic_iterations: 50, ..BestEffortOptions::default() };
         let h = besteffort::solve(&node, &req, &opts).unwrap();
         let Optimality::Heuristic { objective, upper_bound } = h.optimality else {
             return Err(TestCaseError::fail("expected a heuristic result"));
