@@ -9,47 +9,8 @@ use std::hint::black_box;
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use weft_alloc::{Optimality, Policy, PreparedNode, Request, allocate};
 use weft_topology::model::uniform_node;
+use weft_topology::reference::dgx1_volta;
 use weft_topology::{NodeTopology, PairLink, PcieRelation};
-
-/// go-gpuallocator's DGX-1 Volta test node.
-fn dgx1_volta() -> NodeTopology {
-    let mut node = uniform_node("dgx1-volta", 8, PairLink::default());
-    for a in 0..8 {
-        for b in a + 1..8 {
-            let rel = if a / 4 != b / 4 {
-                PcieRelation::Sys
-            } else if a / 2 == b / 2 {
-                PcieRelation::Pix
-            } else {
-                PcieRelation::Phb
-            };
-            node.set_link(a, b, PairLink { pcie: Some(rel), nvlinks: 0 });
-        }
-    }
-    let nv = [
-        (0, 1, 1),
-        (0, 2, 1),
-        (0, 3, 2),
-        (0, 4, 2),
-        (1, 2, 2),
-        (1, 3, 1),
-        (1, 5, 2),
-        (2, 3, 2),
-        (2, 6, 1),
-        (3, 7, 1),
-        (4, 5, 1),
-        (4, 6, 1),
-        (4, 7, 2),
-        (5, 6, 2),
-        (5, 7, 1),
-        (6, 7, 2),
-    ];
-    for (a, b, n) in nv {
-        let l = node.link(a, b);
-        node.set_link(a, b, PairLink { nvlinks: n, ..l });
-    }
-    node
-}
 
 struct Rng(u64);
 impl Rng {

@@ -9,6 +9,7 @@ use std::hint::black_box;
 use criterion::{Criterion, criterion_group, criterion_main};
 use weft_alloc::{PreparedNode, ScoreCache, ScoreConfig, score_node};
 use weft_topology::model::uniform_node;
+use weft_topology::reference::dgx1_volta;
 use weft_topology::{NodeTopology, PairLink, PcieRelation};
 
 fn halves(node: &mut NodeTopology, near: PcieRelation, mid: PcieRelation, nvlinks: u8) {
@@ -24,34 +25,6 @@ fn halves(node: &mut NodeTopology, near: PcieRelation, mid: PcieRelation, nvlink
             node.set_link(a, b, PairLink { pcie: Some(rel), nvlinks });
         }
     }
-}
-
-fn dgx1_volta() -> NodeTopology {
-    let mut node = uniform_node("dgx1-volta", 8, PairLink::default());
-    halves(&mut node, PcieRelation::Pix, PcieRelation::Phb, 0);
-    let nv = [
-        (0, 1, 1),
-        (0, 2, 1),
-        (0, 3, 2),
-        (0, 4, 2),
-        (1, 2, 2),
-        (1, 3, 1),
-        (1, 5, 2),
-        (2, 3, 2),
-        (2, 6, 1),
-        (3, 7, 1),
-        (4, 5, 1),
-        (4, 6, 1),
-        (4, 7, 2),
-        (5, 6, 2),
-        (5, 7, 1),
-        (6, 7, 2),
-    ];
-    for (a, b, n) in nv {
-        let l = node.link(a, b);
-        node.set_link(a, b, PairLink { nvlinks: n, ..l });
-    }
-    node
 }
 
 fn hgx_a100() -> NodeTopology {

@@ -1,6 +1,6 @@
 //! Shared test helpers: topologies from go-gpuallocator's tests, built in code, and a brute force
 //! that enumerates partitions exactly as upstream does.
-#![allow(dead_code, clippy::unwrap_used)]
+#![allow(dead_code, unused_imports, clippy::unwrap_used)]
 
 use weft_alloc::PreparedNode;
 use weft_topology::model::uniform_node;
@@ -17,45 +17,8 @@ fn add_nvlinks(node: &mut NodeTopology, links: &[(usize, usize, u8)]) {
     }
 }
 
-/// go-gpuallocator `NewDGX1VoltaNode` (common_test.go): PIX within 0-1, 2-3, 4-5, 6-7; PHB in the
-/// rest of each half; SYS across halves; the hybrid cube-mesh NVLinks.
-pub fn dgx1_volta() -> NodeTopology {
-    let mut node = uniform_node("dgx1-volta", 8, pcie(PcieRelation::Sys));
-    for a in 0..8 {
-        for b in a + 1..8 {
-            let rel = if a / 4 != b / 4 {
-                PcieRelation::Sys
-            } else if a / 2 == b / 2 {
-                PcieRelation::Pix
-            } else {
-                PcieRelation::Phb
-            };
-            node.set_link(a, b, pcie(rel));
-        }
-    }
-    add_nvlinks(
-        &mut node,
-        &[
-            (0, 1, 1),
-            (0, 2, 1),
-            (0, 3, 2),
-            (0, 4, 2),
-            (1, 2, 2),
-            (1, 3, 1),
-            (1, 5, 2),
-            (2, 3, 2),
-            (2, 6, 1),
-            (3, 7, 1),
-            (4, 5, 1),
-            (4, 6, 1),
-            (4, 7, 2),
-            (5, 6, 2),
-            (5, 7, 1),
-            (6, 7, 2),
-        ],
-    );
-    node
-}
+/// go-gpuallocator `NewDGX1VoltaNode` (common_test.go), shared with the other crates' tests.
+pub use weft_topology::reference::dgx1_volta;
 
 /// go-gpuallocator `NewDGX1PascalNode`: PIX within {0,2},{1,3},{4,6},{5,7}; PHB in the rest of each
 /// half; SYS across; one NVLink on each cube-mesh edge.
