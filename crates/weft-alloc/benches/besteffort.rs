@@ -12,29 +12,11 @@ use weft_topology::model::uniform_node;
 use weft_topology::reference::dgx1_volta;
 use weft_topology::{NodeTopology, PairLink, PcieRelation};
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
+#[path = "../tests/common/mod.rs"]
+mod common;
 
-/// Seeded random topology: PCIe relation uniform over the six, NVLinks 0..=max_nv.
-fn random_node(n: usize, max_nv: u64, seed: u64) -> NodeTopology {
-    let mut rng = Rng(seed);
-    let mut node = uniform_node("random", n, PairLink::default());
-    for a in 0..n {
-        for b in a + 1..n {
-            let pcie = PcieRelation::ALL[(rng.next() % 6) as usize];
-            let nvlinks = (rng.next() % (max_nv + 1)) as u8;
-            node.set_link(a, b, PairLink { pcie: Some(pcie), nvlinks });
-        }
-    }
-    node
+fn random_node(n: usize, max_nv: u8, seed: u64) -> NodeTopology {
+    common::random_topology(n, max_nv, seed)
 }
 
 /// NVL72-like: 18 trays of 4 GPUs, every pair NV18 through the switches; in a tray, GPUs 0-1 and

@@ -4,33 +4,15 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
+mod common;
+use common::random_topology;
 use weft_alloc::besteffort::{self, BestEffortOptions, TopPruning};
 use weft_alloc::{PreparedNode, Request};
 use weft_topology::model::uniform_node;
 use weft_topology::{NodeTopology, PairLink, PcieRelation};
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
-
-fn random_node(n: usize, max_nv: u64, seed: u64) -> NodeTopology {
-    let mut rng = Rng(seed);
-    let mut node = uniform_node("random", n, PairLink::default());
-    for a in 0..n {
-        for b in a + 1..n {
-            let pcie = PcieRelation::ALL[(rng.next() % 6) as usize];
-            let nvlinks = (rng.next() % (max_nv + 1)) as u8;
-            node.set_link(a, b, PairLink { pcie: Some(pcie), nvlinks });
-        }
-    }
-    node
+fn random_node(n: usize, max_nv: u8, seed: u64) -> NodeTopology {
+    random_topology(n, max_nv, seed)
 }
 
 /// Every pair NV6 through switches; PCIe PIX by twos, PXB by fours, NODE by eights, else SYS.

@@ -196,3 +196,18 @@ pub fn brute_force(
     let (set, _) = chosen?;
     Some((set.iter().flatten().copied().collect(), objective))
 }
+
+/// A seeded random node: every pair's PCIe relation uniform over the six, 0..=`max_nv` NVLinks.
+pub fn random_topology(n: usize, max_nv: u8, seed: u64) -> NodeTopology {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let mut node = uniform_node("random", n, PairLink::default());
+    for a in 0..n {
+        for b in a + 1..n {
+            let pcie = PcieRelation::ALL[rng.random_range(0..6usize)];
+            let nvlinks = rng.random_range(0..=max_nv);
+            node.set_link(a, b, PairLink { pcie: Some(pcie), nvlinks });
+        }
+    }
+    node
+}
