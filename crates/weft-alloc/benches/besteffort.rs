@@ -8,30 +8,14 @@ use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use weft_alloc::{Optimality, Policy, PreparedNode, Request, allocate};
-use weft_topology::model::uniform_node;
+use weft_topology::NodeTopology;
 use weft_topology::reference::dgx1_volta;
-use weft_topology::{NodeTopology, PairLink, PcieRelation};
 
 #[path = "../tests/common/mod.rs"]
 mod common;
 
 fn random_node(n: usize, max_nv: u8, seed: u64) -> NodeTopology {
     common::random_topology(n, max_nv, seed)
-}
-
-/// NVL72-like: 18 trays of 4 GPUs, every pair NV18 through the switches; in a tray, GPUs 0-1 and
-/// 2-3 share a CPU (NODE), the other tray pairs cross CPUs (SYS); no PCIe relation across trays.
-fn nvl72() -> NodeTopology {
-    let mut node = uniform_node("nvl72", 72, PairLink { pcie: None, nvlinks: 18 });
-    for a in 0..72 {
-        for b in a + 1..72 {
-            if a / 4 == b / 4 {
-                let rel = if a / 2 == b / 2 { PcieRelation::Node } else { PcieRelation::Sys };
-                node.set_link(a, b, PairLink { pcie: Some(rel), nvlinks: 18 });
-            }
-        }
-    }
-    node
 }
 
 fn bench_node(c: &mut Criterion, group: &str, node: &PreparedNode, ks: impl Iterator<Item = usize>) {
@@ -58,7 +42,7 @@ fn benches(c: &mut Criterion) {
     let prep = |t: &NodeTopology| PreparedNode::new(t).unwrap_or_else(|e| panic!("{e}"));
     bench_node(c, "besteffort/8gpu-dgx1v", &prep(&dgx1_volta()), 1..=8);
     bench_node(c, "besteffort/16gpu-random", &prep(&random_node(16, 4, 16)), 1..=16);
-    bench_node(c, "besteffort/72gpu-nvl72", &prep(&nvl72()), [8].into_iter());
+    bench_node(c, "besteffort/72gpu-nvl72", &prep(&common::nvl72()), [8].into_iter());
     bench_node(c, "besteffort/72gpu-random", &prep(&random_node(72, 18, 72)), [8].into_iter());
 }
 

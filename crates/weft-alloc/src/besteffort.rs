@@ -428,61 +428,40 @@ trait Mask: Copy + Eq + BitOr<Output = Self> + BitXor<Output = Self> + BitAnd<Ou
     fn count(self) -> usize;
 }
 
-impl Mask for u32 {
-    const ZERO: Self = 0;
-    #[inline]
-    fn bit(i: usize) -> Self {
-        1u32 << i
-    }
-    #[inline]
-    fn to_u128(self) -> u128 {
-        u128::from(self)
-    }
-    #[inline]
-    fn from_u128(m: u128) -> Self {
-        m as u32
-    }
-    #[inline]
-    fn lowest(self) -> usize {
-        self.trailing_zeros() as usize
-    }
-    #[inline]
-    fn clear_lowest(self) -> Self {
-        self & self.wrapping_sub(1)
-    }
-    #[inline]
-    fn count(self) -> usize {
-        self.count_ones() as usize
-    }
+// The two widths share one body: u32 masks for small nodes (flat memo), u128 up to MAX_GPUS.
+macro_rules! impl_mask {
+    ($t:ty) => {
+        impl Mask for $t {
+            const ZERO: Self = 0;
+            #[inline]
+            fn bit(i: usize) -> Self {
+                1 << i
+            }
+            #[inline]
+            fn to_u128(self) -> u128 {
+                u128::from(self)
+            }
+            #[inline]
+            fn from_u128(m: u128) -> Self {
+                m as $t
+            }
+            #[inline]
+            fn lowest(self) -> usize {
+                self.trailing_zeros() as usize
+            }
+            #[inline]
+            fn clear_lowest(self) -> Self {
+                self & self.wrapping_sub(1)
+            }
+            #[inline]
+            fn count(self) -> usize {
+                self.count_ones() as usize
+            }
+        }
+    };
 }
-
-impl Mask for u128 {
-    const ZERO: Self = 0;
-    #[inline]
-    fn bit(i: usize) -> Self {
-        1u128 << i
-    }
-    #[inline]
-    fn to_u128(self) -> u128 {
-        self
-    }
-    #[inline]
-    fn from_u128(m: u128) -> Self {
-        m
-    }
-    #[inline]
-    fn lowest(self) -> usize {
-        self.trailing_zeros() as usize
-    }
-    #[inline]
-    fn clear_lowest(self) -> Self {
-        self & self.wrapping_sub(1)
-    }
-    #[inline]
-    fn count(self) -> usize {
-        self.count_ones() as usize
-    }
-}
+impl_mask!(u32);
+impl_mask!(u128);
 
 /// Memo of `best(R)`, encoded: 0 = not computed, 1 = no qualifying completion, `v + 2` = value v.
 trait Memo<M> {

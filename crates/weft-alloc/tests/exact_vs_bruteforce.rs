@@ -55,15 +55,21 @@ fn case_in(
             let avail: Vec<usize> = perm[..navail].to_vec();
             (Just(node), Just(avail), k_min..=navail - k_gap)
         })
-        .prop_flat_map(|(node, avail, k)| {
-            // required: half the time none, else a random subset of available of at most k GPUs.
-            let nreq = prop_oneof![Just(0usize), 0..=k];
-            (Just(node), Just(avail.clone()), Just(avail).prop_shuffle(), nreq, Just(k))
-        })
-        .prop_map(|(node, avail, shuffled, nreq, k)| {
+        .prop_flat_map(with_required)
+}
+
+/// Adds the required GPUs to a (node, available, k) case: half the time none, else a random subset
+/// of the available GPUs of at most k.
+fn with_required(
+    (node, avail, k): (PreparedNode, Vec<usize>, usize),
+) -> impl Strategy<Value = (PreparedNode, Vec<usize>, Vec<usize>, usize)> {
+    let nreq = prop_oneof![Just(0usize), 0..=k];
+    (Just(node), Just(avail.clone()), Just(avail).prop_shuffle(), nreq).prop_map(
+        move |(node, avail, shuffled, nreq)| {
             let required = shuffled[..nreq].to_vec();
             (node, avail, required, k)
-        })
+        },
+    )
 }
 
 /// A node whose pairs take one of two links (SYS, or SYS plus one NVLink): optima tie very often.
@@ -94,14 +100,7 @@ fn three_group_case() -> impl Strategy<Value = (PreparedNode, Vec<usize>, Vec<us
             let avail: Vec<usize> = perm[..navail].to_vec();
             (Just(node), Just(avail), 2..=navail / 3)
         })
-        .prop_flat_map(|(node, avail, k)| {
-            let nreq = prop_oneof![Just(0usize), 0..=k];
-            (Just(node), Just(avail.clone()), Just(avail).prop_shuffle(), nreq, Just(k))
-        })
-        .prop_map(|(node, avail, shuffled, nreq, k)| {
-            let required = shuffled[..nreq].to_vec();
-            (node, avail, required, k)
-        })
+        .prop_flat_map(with_required)
 }
 
 /// 1500 cases per property, or `PROPTEST_CASES` when set (e.g. a long release run).

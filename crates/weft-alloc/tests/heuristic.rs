@@ -6,25 +6,14 @@ mod common;
 use common::random_topology;
 use weft_alloc::besteffort::{self, BestEffortOptions, exact_work_estimate};
 use weft_alloc::{Optimality, Policy, PreparedNode, Request, allocate};
-use weft_topology::model::uniform_node;
-use weft_topology::{PairLink, PcieRelation};
 
 fn random_node(n: usize, max_nv: u8, seed: u64) -> PreparedNode {
     PreparedNode::new(&random_topology(n, max_nv, seed)).unwrap()
 }
 
-/// 18 trays of 4 GPUs, all pairs NV18; NODE inside a tray half, SYS across the halves of a tray.
+/// The NVL72-like domain of `common::nvl72`, prepared.
 fn nvl72() -> PreparedNode {
-    let mut node = uniform_node("nvl72", 72, PairLink { pcie: None, nvlinks: 18 });
-    for a in 0..72 {
-        for b in a + 1..72 {
-            if a / 4 == b / 4 {
-                let rel = if a / 2 == b / 2 { PcieRelation::Node } else { PcieRelation::Sys };
-                node.set_link(a, b, PairLink { pcie: Some(rel), nvlinks: 18 });
-            }
-        }
-    }
-    PreparedNode::new(&node).unwrap()
+    PreparedNode::new(&common::nvl72()).unwrap()
 }
 
 fn heuristic_opts() -> BestEffortOptions {

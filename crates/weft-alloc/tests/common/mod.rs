@@ -211,3 +211,18 @@ pub fn random_topology(n: usize, max_nv: u8, seed: u64) -> NodeTopology {
     }
     node
 }
+
+/// NVL72-like: 18 trays of 4 GPUs, every pair NV18 through the switches; in a tray, GPUs 0-1 and
+/// 2-3 share a CPU (NODE), the other tray pairs cross CPUs (SYS); no PCIe relation across trays.
+pub fn nvl72() -> NodeTopology {
+    let mut node = uniform_node("nvl72", 72, PairLink { pcie: None, nvlinks: 18 });
+    for a in 0..72 {
+        for b in a + 1..72 {
+            if a / 4 == b / 4 {
+                let rel = if a / 2 == b / 2 { PcieRelation::Node } else { PcieRelation::Sys };
+                node.set_link(a, b, PairLink { pcie: Some(rel), nvlinks: 18 });
+            }
+        }
+    }
+    node
+}
