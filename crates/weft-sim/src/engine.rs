@@ -263,16 +263,8 @@ pub fn run_policy(
                 entry.placed += 1;
                 if gpus.len() >= 2 {
                     let topo = &cluster.types[cluster.nodes[n].node_type].topology;
-                    let (mut sum, mut pairs, mut nv) = (0.0, 0usize, true);
-                    for (a_i, &a) in gpus.iter().enumerate() {
-                        for &b in &gpus[a_i + 1..] {
-                            sum += topo.pair_bandwidth_gbps(a, b);
-                            pairs += 1;
-                            nv &= topo.link(a, b).nvlinks > 0;
-                        }
-                    }
-                    bandwidths.push(sum / pairs as f64);
-                    all_nvlink += usize::from(nv);
+                    bandwidths.push(topo.mean_pair_bandwidth_gbps(&gpus));
+                    all_nvlink += usize::from(topo.all_nvlinked(&gpus));
                 }
             }
             None => unplaced += 1,

@@ -467,6 +467,24 @@ impl NodeTopology {
         }
     }
 
+    /// Mean of [`pair_bandwidth_gbps`](Self::pair_bandwidth_gbps) over all pairs of `gpus`
+    /// (positions); 0 for fewer than two GPUs.
+    pub fn mean_pair_bandwidth_gbps(&self, gpus: &[usize]) -> f64 {
+        let (mut sum, mut pairs) = (0.0, 0u32);
+        for (i, &a) in gpus.iter().enumerate() {
+            for &b in &gpus[i + 1..] {
+                sum += self.pair_bandwidth_gbps(a, b);
+                pairs += 1;
+            }
+        }
+        if pairs == 0 { 0.0 } else { sum / f64::from(pairs) }
+    }
+
+    /// Whether every pair of `gpus` (positions) is NVLinked.
+    pub fn all_nvlinked(&self, gpus: &[usize]) -> bool {
+        gpus.iter().enumerate().all(|(i, &a)| gpus[i + 1..].iter().all(|&b| self.link(a, b).nvlinks > 0))
+    }
+
     /// Set a pair's relations symmetrically (used by builders and tests).
     pub fn set_link(&mut self, a: usize, b: usize, link: PairLink) {
         let n = self.gpus.len();
@@ -548,6 +566,11 @@ mod tests {
         assert!((node.pair_bandwidth_gbps(0, 2) - DEFAULT_INTER_SOCKET_GBPS).abs() < 1e-9);
         node.nvlink_generation = Some(NvlinkGeneration::Nvlink3);
         assert!((node.pair_bandwidth_gbps(2, 3) - 100.0).abs() < 1e-9);
+        // The set {0, 2, 3}: 0-2 and 0-3 are SYS (inter-socket rate), 2-3 is NV4 of NVLink 3 (100).
+        let expected = (DEFAULT_INTER_SOCKET_GBPS * 2.0 + 100.0) / 3.0;
+        assert!((node.mean_pair_bandwidth_gbps(&[0, 2, 3]) - expected).abs() < 1e-9);
+        assert_eq!(node.mean_pair_bandwidth_gbps(&[1]), 0.0);
+        assert!(node.all_nvlinked(&[2, 3]) && !node.all_nvlinked(&[0, 2, 3]) && node.all_nvlinked(&[1]));
     }
 
     #[test]

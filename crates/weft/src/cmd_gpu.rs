@@ -105,15 +105,7 @@ fn allocate_cmd(a: AllocateArgs) -> anyhow::Result<()> {
     let required = a.required.unwrap_or_default().0;
     let alloc = allocate(&prepared, &policy, &Request { count: a.count, available: &available, required: &required })
         .with_context(|| format!("allocating {} GPUs on {}", a.count, a.topology.display()))?;
-    let mut bw = 0.0;
-    let mut pairs = 0;
-    for (i, &x) in alloc.gpus.iter().enumerate() {
-        for &y in &alloc.gpus[i + 1..] {
-            bw += node.pair_bandwidth_gbps(x, y);
-            pairs += 1;
-        }
-    }
-    let mean_bw = if pairs > 0 { bw / f64::from(pairs) } else { 0.0 };
+    let mean_bw = node.mean_pair_bandwidth_gbps(&alloc.gpus);
     match a.output {
         Output::Json => print_json(&serde_json::json!({
             "node": node.name,
