@@ -11,14 +11,19 @@
 //! Operator documentation: `docs/scheduler-extender.md`.
 
 pub mod cache;
+pub mod client;
 pub mod config;
+pub mod controller;
 pub mod decision;
 pub mod kube_view;
+pub mod leader;
+pub mod ops;
 pub mod publish;
 pub mod server;
 pub mod usage;
 pub mod view;
 pub mod wire;
+pub mod write;
 
 /// Node annotation holding the node's GPU topology as weft inventory JSON
 /// (`weft_topology::inventory::to_json`, format in `docs/topology.md`).
@@ -26,9 +31,9 @@ pub const TOPOLOGY_ANNOTATION: &str = "weft.io/gpu-topology";
 
 pub use config::ExtenderConfig;
 pub use kube_view::KubeClusterView;
-pub use publish::{
-    ClientError, PublishError, PublishOutcome, RetryPolicy, client_from, publish_topology, publish_topology_with,
-};
+pub use client::{ClientError, client_from};
+pub use publish::{PublishError, PublishOutcome, publish_topology, publish_topology_with};
+pub use write::{Part, RetryPolicy, update_with_retry};
 pub use server::{ExtenderError, ExtenderState, router, serve};
 pub use usage::{DEFAULT_GPU_RESOURCE, GPU_IDS_ANNOTATION, GpuUsage, UsageIssue, gpu_request, gpus_in_use};
 pub use view::{ClusterView, InMemoryView};

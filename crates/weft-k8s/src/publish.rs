@@ -1,16 +1,13 @@
-//! Publishing a node's topology to its `weft.io/gpu-topology` annotation, and building a client.
-
-use std::path::PathBuf;
-use std::time::Duration;
+//! Publishing a node's topology to its `weft.io/gpu-topology` annotation.
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
-use kube::config::{Config, InClusterError, KubeConfigOptions, Kubeconfig, KubeconfigError};
 use kube::{Client, Error as KubeError};
 use thiserror::Error;
 use weft_topology::{NodeTopology, inventory};
 
 use crate::TOPOLOGY_ANNOTATION;
+use crate::write::{RetryPolicy, is_retryable};
 
 /// Why publishing failed.
 #[derive(Debug, Error)]
@@ -57,45 +54,6 @@ pub enum PublishOutcome {
         /// Attempts it took (1 = first try).
         attempts: u32,
     },
-}
-
-/// Bounded exponential backoff between attempts.
-#[derive(Clone, Debug)]
-pub struct RetryPolicy {
-    /// Attempts in all, at least 1.
-    pub max_attempts: u32,
-    /// Wait after the first failure; doubled after each further one.
-    pub initial_backoff: Duration,
-    /// Longest wait.
-    pub max_backoff: Duration,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        RetryPolicy {
-            max_attempts: 5,
-            initial_backoff: Duration::from_millis(200),
-            max_backoff: Duration::from_secs(5),
-        }
-    }
-}
-
-impl RetryPolicy {
-    /// Wait before attempt `attempt + 1`, after `attempt` failures (`attempt` ≥ 1).
-    pub fn backoff(&self, attempt: u32) -> Duration {
-        let factor = 1u32.checked_shl(attempt.saturating_sub(1)).unwrap_or(u32::MAX);
-        self.initial_backoff.saturating_mul(factor).min(self.max_backoff)
-    }
-}
-
-/// Whether an API error is worth retrying: conflicts, throttling, server errors and transport
-/// failures.
-pub fn is_retryable(e: &KubeError) -> bool {
-    match e {
-        KubeError::Api(s) => s.code == 409 || s.code == 429 || s.code >= 500,
-        KubeError::HyperError(_) | KubeError::Service(_) => true,
-        _ => false,
-    }
 }
 
 /// Write `topology` (as [`inventory::to_json`]) to the node's [`TOPOLOGY_ANNOTATION`] with
@@ -165,81 +123,5 @@ pub async fn publish_topology_with(
             }
             Err(e) => return Err(PublishError::Api { node: node_name.to_string(), source: e }),
         }
-    }
-}
-
-/// Why a client could not be built.
-#[derive(Debug, Error)]
-pub enum ClientError {
-    /// The kubeconfig file could not be read or used.
-    #[error("kubeconfig {path}: {source}")]
-    Kubeconfig {
-        /// The file (or `$KUBECONFIG / ~/.kube/config`).
-        path: String,
-        /// Why.
-        #[source]
-        source: KubeconfigError,
-    },
-    /// Neither an in-cluster service account nor a kubeconfig was found.
-    #[error(
-        "no cluster configuration: not running in a pod ({in_cluster}) and no usable kubeconfig ({kubeconfig}); pass --kubeconfig"
-    )]
-    NoConfig {
-        /// The in-cluster error.
-        in_cluster: InClusterError,
-        /// The kubeconfig error.
-        kubeconfig: KubeconfigError,
-    },
-    /// The configuration was read but a client could not be made from it.
-    #[error("cannot create a Kubernetes client: {0}")]
-    Client(#[source] KubeError),
-}
-
-/// A client for the cluster.
-///
-/// - `kubeconfig` given: that file, with `context` or its current context;
-/// - else `context` given: the default kubeconfig (`$KUBECONFIG`, `~/.kube/config`) with that context;
-/// - else the in-cluster service account when running in a pod, otherwise the default kubeconfig.
-pub async fn client_from(kubeconfig: Option<PathBuf>, context: Option<String>) -> Result<Client, ClientError> {
-    let options = KubeConfigOptions { context, ..KubeConfigOptions::default() };
-    let default_path = || "$KUBECONFIG or ~/.kube/config".to_string();
-    let config = match kubeconfig {
-        Some(path) => {
-            let shown = path.display().to_string();
-            let kc = Kubeconfig::read_from(&path)
-                .map_err(|source| ClientError::Kubeconfig { path: shown.clone(), source })?;
-            Config::from_custom_kubeconfig(kc, &options)
-                .await
-                .map_err(|source| ClientError::Kubeconfig { path: shown, source })?
-        }
-        None if options.context.is_some() => Config::from_kubeconfig(&options)
-            .await
-            .map_err(|source| ClientError::Kubeconfig { path: default_path(), source })?,
-        None => match Config::incluster() {
-            Ok(c) => c,
-            Err(in_cluster) => Config::from_kubeconfig(&options)
-                .await
-                .map_err(|kubeconfig| ClientError::NoConfig { in_cluster, kubeconfig })?,
-        },
-    };
-    Client::try_from(config).map_err(ClientError::Client)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_and_is_capped() {
-        let r = RetryPolicy {
-            max_attempts: 10,
-            initial_backoff: Duration::from_millis(100),
-            max_backoff: Duration::from_millis(500),
-        };
-        assert_eq!(r.backoff(1), Duration::from_millis(100));
-        assert_eq!(r.backoff(2), Duration::from_millis(200));
-        assert_eq!(r.backoff(3), Duration::from_millis(400));
-        assert_eq!(r.backoff(4), Duration::from_millis(500));
-        assert_eq!(r.backoff(40), Duration::from_millis(500));
     }
 }

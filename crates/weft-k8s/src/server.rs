@@ -1,6 +1,8 @@
 //! The scheduler extender: request handling ([`ExtenderState`]) and its HTTP server (axum).
 //!
-//! Routes: `POST {prefix}/filter`, `POST {prefix}/prioritize`, `GET /healthz`, `GET /readyz`.
+//! Routes: `POST {prefix}/filter`, `POST {prefix}/prioritize`. Health, readiness and metrics are on
+//! the ops endpoint ([`crate::ops`]); [`ExtenderState::register_metrics`] and
+//! [`ExtenderState::add_readiness_check`] hook the extender into it.
 //!
 //! Status codes (kube-scheduler treats any non-200 answer as an error of this extender):
 //! - 200 for every well-formed request. A filter that cannot be answered (no pod, no nodes, an
@@ -9,7 +11,7 @@
 //! - 400 for a body that is not extender JSON, and for a prioritize request that cannot be answered
 //!   (kube-scheduler ignores prioritize errors, so the node ranking proceeds without weft).
 //! - 413 for a body over `max_body_bytes`; 503 when a request runs past `request_timeout` (filter:
-//!   200 with `Error` instead) and from `/readyz` before the cluster view has synced.
+//!   200 with `Error` instead).
 //!
 //! Never 500: internal failures are reported the same way as bad input.
 
@@ -21,8 +23,13 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::post;
 use k8s_openapi::api::core::v1::Node;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
 use thiserror::Error;
 use tokio::net::TcpListener;
 use weft_alloc::{PreparedNode, ScoreCache};
@@ -62,6 +69,41 @@ pub struct ExtenderState {
     cfg: ExtenderConfig,
     cache: TopologyCache,
     scores: Mutex<ScoreCache>,
+    metrics: ExtenderMetrics,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VerbLabels {
+    verb: &'static str,
+    code: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VerbOnly {
+    verb: &'static str,
+}
+
+/// Requests served and their latency.
+#[derive(Clone, Debug)]
+struct ExtenderMetrics {
+    requests: Family<VerbLabels, Counter>,
+    duration: Family<VerbOnly, Histogram>,
+}
+
+impl Default for ExtenderMetrics {
+    fn default() -> Self {
+        ExtenderMetrics {
+            requests: Family::default(),
+            duration: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.0005, 2.0, 14))),
+        }
+    }
+}
+
+impl ExtenderMetrics {
+    fn observe(&self, verb: &'static str, code: StatusCode, took: std::time::Duration) {
+        self.requests.get_or_create(&VerbLabels { verb, code: code.as_u16() }).inc();
+        self.duration.get_or_create(&VerbOnly { verb }).observe(took.as_secs_f64());
+    }
 }
 
 /// Best-effort results kept across requests (topology × free GPUs × request size); cleared when full.
@@ -88,7 +130,26 @@ impl ExtenderState {
             cfg,
             cache: TopologyCache::new(),
             scores: Mutex::new(ScoreCache::with_capacity(SCORE_CACHE_CAPACITY)),
+            metrics: ExtenderMetrics::default(),
         }
+    }
+
+    /// Register `weft_extender_requests_total{verb,code}` and
+    /// `weft_extender_request_duration_seconds{verb}` in `registry`.
+    pub fn register_metrics(&self, registry: &mut Registry) {
+        let sub = registry.sub_registry_with_prefix("extender");
+        sub.register("requests", "Extender requests by verb and HTTP status", self.metrics.requests.clone());
+        sub.register(
+            "request_duration_seconds",
+            "Time to read, decide and answer one extender request",
+            self.metrics.duration.clone(),
+        );
+    }
+
+    /// Make `ops` report not ready until the cluster view has synced.
+    pub fn add_readiness_check(self: &Arc<Self>, ops: &crate::ops::Ops) {
+        let view = self.view.clone();
+        ops.add_readiness_check("cluster-view (node and pod caches synced)", move || view.is_ready());
     }
 
     /// The settings.
@@ -237,8 +298,6 @@ pub fn router(state: Arc<ExtenderState>) -> Router {
     Router::new()
         .route(&format!("{prefix}/filter"), post(filter_handler))
         .route(&format!("{prefix}/prioritize"), post(prioritize_handler))
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(readyz_handler))
         .with_state(state)
 }
 
@@ -251,15 +310,6 @@ where
         tracing::info!(%addr, prefix = %state.cfg.normalized_prefix(), "scheduler extender listening");
     }
     axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await
-}
-
-async fn readyz_handler(State(state): State<Arc<ExtenderState>>) -> Response {
-    if state.view.is_ready() {
-        (StatusCode::OK, "ready\n").into_response()
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready: the cluster view has not finished its initial sync\n")
-            .into_response()
-    }
 }
 
 /// A failed request: status and a plain-text message.
@@ -303,6 +353,20 @@ fn decode_args(bytes: &[u8], verb: &str) -> Result<ExtenderArgs, Failure> {
 }
 
 async fn filter_handler(State(state): State<Arc<ExtenderState>>, headers: HeaderMap, body: Body) -> Response {
+    let (start, metrics) = (std::time::Instant::now(), state.metrics.clone());
+    let response = filter_inner(state, headers, body).await;
+    metrics.observe("filter", response.status(), start.elapsed());
+    response
+}
+
+async fn prioritize_handler(State(state): State<Arc<ExtenderState>>, headers: HeaderMap, body: Body) -> Response {
+    let (start, metrics) = (std::time::Instant::now(), state.metrics.clone());
+    let response = prioritize_inner(state, headers, body).await;
+    metrics.observe("prioritize", response.status(), start.elapsed());
+    response
+}
+
+async fn filter_inner(state: Arc<ExtenderState>, headers: HeaderMap, body: Body) -> Response {
     let timeout = state.cfg.request_timeout;
     let work = async move {
         let bytes = read_body(body, state.cfg.max_body_bytes, &headers).await?;
@@ -336,7 +400,7 @@ async fn filter_handler(State(state): State<Arc<ExtenderState>>, headers: Header
     }
 }
 
-async fn prioritize_handler(State(state): State<Arc<ExtenderState>>, headers: HeaderMap, body: Body) -> Response {
+async fn prioritize_inner(state: Arc<ExtenderState>, headers: HeaderMap, body: Body) -> Response {
     let timeout = state.cfg.request_timeout;
     let with_reasons = headers
         .get(DEBUG_HEADER)

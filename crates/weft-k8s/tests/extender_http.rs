@@ -280,15 +280,25 @@ async fn oversized_body_gets_413() {
 }
 
 #[tokio::test]
-async fn health_readiness_and_path_prefix() {
+async fn ops_endpoint_reports_readiness_and_request_metrics_and_path_prefix_applies() {
     let view = Arc::new(InMemoryView::new());
     view.set_ready(false);
     let cfg = ExtenderConfig { path_prefix: "weft/".into(), ..ExtenderConfig::default() };
     let server = TestServer::start(view.clone(), cfg).await;
+    let mut registry = weft_k8s::ops::registry();
+    server.state.register_metrics(&mut registry);
+    let ops = weft_k8s::ops::Ops::new(registry);
+    server.state.add_readiness_check(&ops);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let ops_base = format!("http://{}", listener.local_addr().unwrap());
+    let ops_task = tokio::spawn(weft_k8s::ops::serve(listener, ops.clone(), std::future::pending()));
+
     let client = reqwest::Client::new();
-    let get = |path: &str| client.get(format!("{}{path}", server.base)).send();
+    let get = |path: &str| client.get(format!("{ops_base}{path}")).send();
     assert_eq!(get("/healthz").await.unwrap().status().as_u16(), 200);
-    assert_eq!(get("/readyz").await.unwrap().status().as_u16(), 503);
+    let not_ready = get("/readyz").await.unwrap();
+    assert_eq!(not_ready.status().as_u16(), 503);
+    assert!(not_ready.text().await.unwrap().contains("[-] cluster-view"), "the failing check is named");
     view.set_ready(true);
     assert_eq!(get("/readyz").await.unwrap().status().as_u16(), 200);
 
@@ -297,6 +307,14 @@ async fn health_readiness_and_path_prefix() {
     assert_eq!(status, 200);
     let (status, _) = post(&format!("{}/filter", server.base), &body).await;
     assert_eq!(status, 404);
+    let (status, _) = post(&format!("{}/weft/prioritize", server.base), &serde_json::json!({"bad": 1})).await;
+    assert_eq!(status, 400);
+
+    let metrics = get("/metrics").await.unwrap().text().await.unwrap();
+    assert!(metrics.contains(r#"weft_extender_requests_total{verb="filter",code="200"} 1"#), "{metrics}");
+    assert!(metrics.contains(r#"weft_extender_requests_total{verb="prioritize",code="400"} 1"#), "{metrics}");
+    assert!(metrics.contains(r#"weft_extender_request_duration_seconds_count{verb="filter"} 1"#), "{metrics}");
+    ops_task.abort();
     server.stop().await.unwrap();
 }
 
