@@ -1,7 +1,6 @@
 //! `weft scheduler-extender`.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,19 +8,20 @@ use crate::output::score_config;
 use anyhow::Context;
 use clap::Args;
 use weft_alloc::ScoreConfig;
-use weft_k8s::{ExtenderConfig, ExtenderState, KubeClusterView, client_from, serve};
+use weft_k8s::ops::{self, Ops};
+use weft_k8s::{ExtenderConfig, ExtenderState, KubeClusterView, serve};
+
+use crate::kube_args::{KubeArgs, OpsArgs};
 
 #[derive(Args, Debug)]
 pub struct ExtenderArgs {
     /// Address to listen on.
     #[arg(long, default_value = "0.0.0.0:8888", value_name = "ADDR")]
     listen: SocketAddr,
-    /// Kubeconfig file (default: in-cluster config, else $KUBECONFIG / ~/.kube/config).
-    #[arg(long, env = "KUBECONFIG", value_name = "FILE")]
-    kubeconfig: Option<PathBuf>,
-    /// Kubeconfig context.
-    #[arg(long)]
-    context: Option<String>,
+    #[command(flatten)]
+    kube: KubeArgs,
+    #[command(flatten)]
+    ops: OpsArgs,
     /// Extended resource counted as GPUs.
     #[arg(long, default_value = weft_k8s::DEFAULT_GPU_RESOURCE)]
     resource_name: String,
@@ -61,16 +61,21 @@ pub fn run(a: ExtenderArgs) -> anyhow::Result<()> {
     };
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     rt.block_on(async move {
-        let client = client_from(a.kubeconfig.clone(), a.context.clone()).await.context("connecting to Kubernetes")?;
+        let shutdown = ops::shutdown_on_signals();
+        let client = a.kube.client().await?;
         let view = Arc::new(KubeClusterView::spawn(client));
         let state = Arc::new(ExtenderState::new(view, cfg));
+        let mut registry = ops::registry();
+        state.register_metrics(&mut registry);
+        let ops = Ops::new(registry);
+        state.add_readiness_check(&ops);
+        let ops_task = a.ops.serve(ops, shutdown.clone()).await?;
         let listener =
             tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("listening on {}", a.listen))?;
         eprintln!("weft scheduler-extender listening on {} (ready once node and pod caches sync)", a.listen);
-        serve(listener, state, async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await
-        .context("serving")
+        let stop = shutdown.clone();
+        serve(listener, state, async move { stop.cancelled().await }).await.context("serving")?;
+        shutdown.cancel();
+        ops_task.await.context("ops endpoint task")?.context("serving the ops endpoint")
     })
 }

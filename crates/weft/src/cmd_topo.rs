@@ -7,6 +7,8 @@ use clap::{Args, Subcommand, ValueEnum};
 use weft_topology::discover::{DiscoverOptions, DiscoveryCache, GpuBackend, SysfsRoot, discover};
 use weft_topology::{NodeTopology, inventory, read_node_file, render};
 
+use crate::kube_args::KubeArgs;
+
 #[derive(Subcommand, Debug)]
 pub enum TopoCommand {
     /// Print a node topology, convert it, or draw its NVLink graph.
@@ -34,12 +36,8 @@ pub struct PublishArgs {
     /// Publish this topology file instead of discovering.
     #[arg(long, value_name = "FILE")]
     topology: Option<PathBuf>,
-    /// Kubeconfig file (default: in-cluster config, else $KUBECONFIG / ~/.kube/config).
-    #[arg(long, env = "KUBECONFIG", value_name = "FILE")]
-    kubeconfig: Option<PathBuf>,
-    /// Kubeconfig context.
-    #[arg(long)]
-    context: Option<String>,
+    #[command(flatten)]
+    kube: KubeArgs,
     /// Field manager recorded on the write.
     #[arg(long, default_value = "weft-agent")]
     field_manager: String,
@@ -71,7 +69,7 @@ pub struct ShowArgs {
     output: ShowOutput,
 }
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub struct DiscoverArgs {
     /// Root of the sys/ and proc/ trees (for containers that mount the host's at another path).
     #[arg(long, default_value = "/", value_name = "DIR")]
@@ -133,8 +131,7 @@ fn publish(a: PublishArgs) -> anyhow::Result<()> {
     node.name = Some(a.node.clone());
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let outcome = rt.block_on(async {
-        let client =
-            weft_k8s::client_from(a.kubeconfig.clone(), a.context.clone()).await.context("connecting to Kubernetes")?;
+        let client = a.kube.client().await?;
         weft_k8s::publish_topology(client, &a.node, &node, &a.field_manager)
             .await
             .with_context(|| format!("publishing the topology of node {}", a.node))

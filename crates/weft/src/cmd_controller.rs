@@ -1,0 +1,95 @@
+//! `weft controller`: the cluster-level controllers (Deployment), behind Lease leader election.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+use weft_k8s::controller::{Context, ControllerMetrics, Settings};
+use weft_k8s::leader::{self, LeaderConfig};
+use weft_k8s::numanetwork_controller;
+use weft_k8s::ops::{self, Ops};
+
+use crate::kube_args::{KubeArgs, OpsArgs, instance_name};
+
+#[derive(Args, Debug)]
+pub struct ControllerArgs {
+    /// Run only while holding the leader Lease, so that one replica of several acts at a time.
+    #[arg(long)]
+    leader_elect: bool,
+    /// Name of the leader Lease.
+    #[arg(long, default_value = "weft-controller")]
+    lease_name: String,
+    /// Namespace of the leader Lease (the Deployment sets POD_NAMESPACE).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "weft-system")]
+    lease_namespace: String,
+    /// This replica's identity in the Lease (default: $POD_NAME, else the host name).
+    #[arg(long)]
+    leader_identity: Option<String>,
+    /// Lease validity after the last renewal, seconds.
+    #[arg(long, default_value_t = 15)]
+    lease_duration: u64,
+    /// Renew this many seconds before the Lease expires.
+    #[arg(long, default_value_t = 5)]
+    renew_grace: u64,
+    /// Reconciles running at once, per controller.
+    #[arg(long, default_value_t = 4)]
+    concurrency: u16,
+    /// Field manager recorded on writes.
+    #[arg(long, default_value = "weft-controller")]
+    field_manager: String,
+    #[command(flatten)]
+    kube: KubeArgs,
+    #[command(flatten)]
+    ops: OpsArgs,
+}
+
+pub fn run(a: ControllerArgs) -> anyhow::Result<()> {
+    let instance = a.leader_identity.clone().or_else(instance_name);
+    let leader_cfg = a.leader_elect.then(|| {
+        let mut c = LeaderConfig::new(&a.lease_name, &a.lease_namespace, instance.as_deref().unwrap_or_default());
+        c.lease_duration = Duration::from_secs(a.lease_duration);
+        c.renew_grace = Duration::from_secs(a.renew_grace);
+        c
+    });
+    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    rt.block_on(async move {
+        let shutdown = ops::shutdown_on_signals();
+        let client = a.kube.client().await?;
+        let mut registry = ops::registry();
+        let metrics = ControllerMetrics::register(&mut registry);
+        let leader_gauge = leader::register_leader_gauge(&mut registry);
+        let ops = Ops::new(registry);
+        // Ready once the client works and (for the leader) the controllers started; standbys are
+        // ready too, or a rolling update could never finish.
+        let started = Arc::new(AtomicBool::new(false));
+        let s = started.clone();
+        ops.add_readiness_check("controller manager started", move || s.load(Ordering::Acquire));
+        let ops_task = a.ops.serve(ops, shutdown.clone()).await?;
+
+        let ctx = Context::new(client.clone(), "weft-controller", instance.clone(), &a.field_manager, metrics);
+        let mut settings = Settings::new(numanetwork_controller::NAME);
+        settings.concurrency = a.concurrency;
+        let work = move |stop: tokio_util::sync::CancellationToken| async move {
+            numanetwork_controller::run(ctx, settings, async move { stop.cancelled().await }).await;
+        };
+        started.store(true, Ordering::Release);
+        let result = match &leader_cfg {
+            Some(cfg) => {
+                eprintln!("weft controller {}: waiting for lease {}/{}", cfg.identity, cfg.namespace, cfg.lease_name);
+                leader::run_as_leader(client, cfg, leader_gauge, shutdown.clone(), work).await.map_err(anyhow::Error::from)
+            }
+            None => {
+                eprintln!("weft controller: running without leader election");
+                work(shutdown.clone()).await;
+                Ok(())
+            }
+        };
+        shutdown.cancel();
+        ops_task.await.context("ops endpoint task")?.context("serving the ops endpoint")?;
+        result?;
+        eprintln!("weft controller stopped");
+        Ok(())
+    })
+}
