@@ -158,6 +158,7 @@ struct ControllerLabels {
 pub struct ControllerMetrics {
     reconciles: Family<ResultLabels, Counter>,
     duration: Family<ControllerLabels, Histogram>,
+    finished: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl Default for ControllerMetrics {
@@ -165,6 +166,7 @@ impl Default for ControllerMetrics {
         ControllerMetrics {
             reconciles: Family::default(),
             duration: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 2.0, 16))),
+            finished: Arc::new(tokio::sync::watch::channel(0).0),
         }
     }
 }
@@ -189,10 +191,17 @@ impl ControllerMetrics {
         self.reconciles.get_or_create(&ResultLabels { controller: controller.into(), result: result.into() }).get()
     }
 
+    /// A receiver whose value counts finished reconciles (of every controller); wait on it instead
+    /// of polling the counters.
+    pub fn finished(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.finished.subscribe()
+    }
+
     fn record(&self, controller: &str, ok: bool, took: Duration) {
         let result = if ok { "success" } else { "error" };
         self.reconciles.get_or_create(&ResultLabels { controller: controller.into(), result: result.into() }).inc();
         self.duration.get_or_create(&ControllerLabels { controller: controller.into() }).observe(took.as_secs_f64());
+        self.finished.send_modify(|n| *n += 1);
     }
 }
 

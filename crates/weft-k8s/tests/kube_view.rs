@@ -1,164 +1,237 @@
-//! The reflector-backed cluster view against a small fake API server (list + streaming watch),
-//! and the extender served from it.
+//! The node side of the GPU engine end to end through the fake API server over HTTP: a node's
+//! topology is published with `publish_topology`, pods are bound, and the extender — fed by the
+//! reflector-backed `KubeClusterView` — filters and scores from what it watched. Also: the watches
+//! recover from dropped streams and expired resourceVersions, and every request the extender and
+//! the publisher made is granted by their RBAC manifests.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
-use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body as AxumBody;
-use futures::StreamExt;
-use http::{Request, Response};
-use kube::Client;
-use kube::client::Body;
-use serde_json::{Value, json};
-use tokio::sync::mpsc;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::{Api, ResourceExt};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use weft_fakeapi::{FakeApiServer, Verb};
 use weft_k8s::kube_view::POD_FIELD_SELECTOR;
-use weft_k8s::wire::ExtenderFilterResult;
-use weft_k8s::{ClusterView, ExtenderConfig, ExtenderState, KubeClusterView, TOPOLOGY_ANNOTATION};
+use weft_k8s::wire::{ExtenderFilterResult, HostPriorityList};
+use weft_k8s::{
+    ClusterView, ExtenderConfig, ExtenderState, KubeClusterView, PublishOutcome, TOPOLOGY_ANNOTATION, publish_topology,
+};
 
-/// A fake API server for nodes and pods: fixed lists, watches fed from channels.
-struct FakeApi {
-    nodes: Vec<Value>,
-    pods: Vec<Value>,
-    node_events: Mutex<Option<mpsc::UnboundedReceiver<Value>>>,
-    pod_events: Mutex<Option<mpsc::UnboundedReceiver<Value>>>,
-    queries: Mutex<Vec<String>>,
-}
+const HANG_GUARD: Duration = Duration::from_secs(30);
 
-impl FakeApi {
-    fn respond(&self, req: &Request<Body>) -> Response<AxumBody> {
-        let path = req.uri().path().to_string();
-        let query = req.uri().query().unwrap_or("").to_string();
-        self.queries.lock().unwrap().push(format!("{path}?{query}"));
-        let (items, events) = match path.as_str() {
-            "/api/v1/nodes" => (&self.nodes, &self.node_events),
-            "/api/v1/pods" => (&self.pods, &self.pod_events),
-            _ => return Response::builder().status(404).body(AxumBody::from("{}")).unwrap(),
-        };
-        if query.contains("watch=true") {
-            // Events as NDJSON, then an open connection (a later re-watch gets only the latter).
-            let rx = events.lock().unwrap().take();
-            let stream = match rx {
-                Some(rx) => tokio_stream_from(rx).boxed(),
-                None => futures::stream::pending().boxed(),
-            };
-            return Response::new(AxumBody::from_stream(stream));
-        }
-        let list = json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "10"}, "items": items});
-        Response::new(AxumBody::from(list.to_string()))
-    }
-}
-
-fn tokio_stream_from(
-    mut rx: mpsc::UnboundedReceiver<Value>,
-) -> impl futures::Stream<Item = Result<axum::body::Bytes, Infallible>> {
-    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
-        .map(|v| Ok(axum::body::Bytes::from(format!("{v}\n"))))
-        .chain(futures::stream::pending())
-}
-
-fn fake(
-    nodes: Vec<Value>,
-    pods: Vec<Value>,
-) -> (Client, Arc<FakeApi>, mpsc::UnboundedSender<Value>, mpsc::UnboundedSender<Value>) {
-    let (ntx, nrx) = mpsc::unbounded_channel();
-    let (ptx, prx) = mpsc::unbounded_channel();
-    let api = Arc::new(FakeApi {
-        nodes,
-        pods,
-        node_events: Mutex::new(Some(nrx)),
-        pod_events: Mutex::new(Some(prx)),
-        queries: Mutex::new(Vec::new()),
-    });
-    let a = api.clone();
-    let svc = tower::service_fn(move |req: Request<Body>| {
-        let a = a.clone();
-        async move { Ok::<_, Infallible>(a.respond(&req)) }
-    });
-    (Client::new(svc, "default"), api, ntx, ptx)
-}
-
-fn pod_json(name: &str, node: &str, gpus: u32, ids: Option<&str>) -> Value {
-    serde_json::to_value(common::bound_pod(name, node, gpus, ids, "2026-01-05T09:00:00Z")).unwrap()
-}
-
-/// Wait (bounded, as a hang guard) until `cond` holds, re-checking after every watch event.
+/// Wait until `cond` holds, re-checking after every watch event the view applies.
 async fn until(view: &KubeClusterView, cond: impl Fn(&KubeClusterView) -> bool) {
     let mut rx = view.changes();
-    tokio::time::timeout(Duration::from_secs(30), rx.wait_for(|_| cond(view)))
+    tokio::time::timeout(HANG_GUARD, rx.wait_for(|_| cond(view)))
         .await
         .expect("condition reached")
         .expect("watch tasks alive");
 }
 
-#[tokio::test]
-async fn view_lists_watches_and_slims_nodes_and_pods() {
-    let nv = common::a100_nvswitch("n1");
-    let (client, api, node_tx, pod_tx) =
-        fake(vec![common::node_json("n1", Some(&nv), 8)], vec![pod_json("p1", "n1", 2, Some("0,1"))]);
-    let view = KubeClusterView::spawn(client);
-    tokio::time::timeout(Duration::from_secs(30), view.wait_until_ready()).await.expect("synced");
-    assert!(view.is_ready());
+/// A node as the kubelet registers it: capacity, no weft annotation.
+fn bare_node(name: &str, gpus: usize) -> Node {
+    let mut n = common::node(name, None, gpus);
+    n.metadata.resource_version = None;
+    n.metadata.uid = None;
+    n
+}
 
+fn pod(name: &str, node: &str, gpus: u32, ids: Option<&str>) -> Pod {
+    let mut p = common::bound_pod(name, node, gpus, ids, "2026-01-05T09:00:00Z");
+    p.metadata.resource_version = None;
+    p.metadata.uid = None;
+    p
+}
+
+fn prioritize(state: &ExtenderState, gpus: u32, nodes: &[&str]) -> HostPriorityList {
+    let args = serde_json::from_value(common::args_with_names(common::pending_pod_json("new", gpus), nodes)).unwrap();
+    state.prioritize(&args, false).unwrap()
+}
+
+fn score_of(list: &HostPriorityList, node: &str) -> i64 {
+    list.iter().find(|h| h.host == node).map(|h| h.score).unwrap_or_else(|| panic!("{node} scored"))
+}
+
+fn filter(state: &ExtenderState, gpus: u32, nodes: &[&str]) -> ExtenderFilterResult {
+    let args = serde_json::from_value(common::args_with_names(common::pending_pod_json("new", gpus), nodes)).unwrap();
+    state.filter(args)
+}
+
+#[tokio::test]
+async fn publish_bind_and_score_end_to_end() {
+    let server = FakeApiServer::start().await;
+    let client = server.client();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "ml");
+    for n in [bare_node("a", 8), bare_node("b", 8)] {
+        nodes.create(&PostParams::default(), &n).await.unwrap();
+    }
+
+    // The extender starts before any topology is published.
+    server.clear_requests();
+    let view = Arc::new(KubeClusterView::spawn(client.clone()));
+    tokio::time::timeout(HANG_GUARD, view.wait_until_ready()).await.expect("synced");
+    let state = ExtenderState::new(view.clone(), ExtenderConfig::default());
+    let before = prioritize(&state, 2, &["a", "b"]);
+    assert_eq!((score_of(&before, "a"), score_of(&before, "b")), (0, 0), "no topology yet: score 0");
+
+    // Node agents publish: a is an NVSwitch A100 node, b is PCIe-only.
+    let agent = server.client();
+    let a_topo = common::a100_nvswitch("a");
+    let b_topo = common::pcie_only("b", 8);
+    let out = publish_topology(agent.clone(), "a", &a_topo, "weft-agent").await.unwrap();
+    assert_eq!(out, PublishOutcome::Updated { attempts: 1 });
+    publish_topology(agent.clone(), "b", &b_topo, "weft-agent").await.unwrap();
+    assert_eq!(
+        publish_topology(agent.clone(), "a", &a_topo, "weft-agent").await.unwrap(),
+        PublishOutcome::Unchanged,
+        "publishing the same topology again writes nothing"
+    );
+    until(&view, |v| {
+        ["a", "b"].iter().all(|n| v.node(n).is_some_and(|n| n.annotations().contains_key(TOPOLOGY_ANNOTATION)))
+    })
+    .await;
+
+    let scored = prioritize(&state, 2, &["a", "b"]);
+    let (a, b) = (score_of(&scored, "a"), score_of(&scored, "b"));
+    assert!(a > b, "NVSwitch node a must outscore PCIe node b for a 2-GPU pod: a={a} b={b}");
+
+    // Bind pods onto a until one GPU is left; the extender must see them through its pod watch.
+    pods.create(&PostParams::default(), &pod("p1", "a", 4, Some("0,1,2,3"))).await.unwrap();
+    pods.create(&PostParams::default(), &pod("p2", "a", 3, Some("4,5,6"))).await.unwrap();
+    until(&view, |v| v.pods_on_node("a").len() == 2).await;
+    let filtered = filter(&state, 2, &["a", "b"]);
+    assert_eq!(filtered.node_names, Some(vec!["b".to_string()]), "{filtered:?}");
+    assert!(filtered.failed_nodes["a"].contains("1 of 8 GPUs free"), "{filtered:?}");
+
+    // A pod that finishes leaves the field selector: the server sends DELETED, GPUs come back.
+    pods.patch_status("p2", &PatchParams::default(), &Patch::Merge(json!({"status": {"phase": "Succeeded"}})))
+        .await
+        .unwrap();
+    until(&view, |v| v.pods_on_node("a").len() == 1).await;
+    assert_eq!(filter(&state, 2, &["a", "b"]).node_names, Some(vec!["a".to_string(), "b".to_string()]));
+
+    // What the extender asked for: list + watch of nodes and (field-selected) pods, nothing else.
+    let extender_requests: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.resource == "nodes" || r.resource == "pods")
+        .filter(|r| matches!(r.verb, Verb::List | Verb::Watch))
+        .collect();
+    assert!(extender_requests.iter().any(|r| r.resource == "pods" && r.verb == Verb::Watch));
+    assert!(extender_requests.iter().any(|r| r.resource == "nodes" && r.verb == Verb::Watch));
+    common::rbac::assert_granted(&extender_requests, &["base/scheduler-extender/rbac.yaml"]);
+}
+
+#[tokio::test]
+async fn requests_of_the_extender_and_the_publisher_are_granted_by_their_rbac() {
+    let server = FakeApiServer::start().await;
+    let nodes: Api<Node> = Api::all(server.client());
+    nodes.create(&PostParams::default(), &bare_node("a", 8)).await.unwrap();
+
+    server.clear_requests();
+    let view = KubeClusterView::spawn(server.client());
+    tokio::time::timeout(HANG_GUARD, view.wait_until_ready()).await.expect("synced");
+    drop(view);
+    common::rbac::assert_granted(&server.requests(), &["base/scheduler-extender/rbac.yaml"]);
+
+    server.clear_requests();
+    publish_topology(server.client(), "a", &common::a100_nvswitch("a"), "weft-agent").await.unwrap();
+    let requests = server.requests();
+    assert_eq!(requests.iter().map(|r| r.verb).collect::<Vec<_>>(), [Verb::Get, Verb::Patch]);
+    common::rbac::assert_granted(&requests, &["base/agent/rbac.yaml"]);
+}
+
+#[tokio::test]
+async fn view_slims_objects_and_uses_the_pod_field_selector() {
+    let server = FakeApiServer::start().await;
+    let client = server.client();
+    let nv = common::a100_nvswitch("n1");
+    let mut n1 = bare_node("n1", 8);
+    n1.metadata.annotations =
+        Some([(TOPOLOGY_ANNOTATION.to_string(), weft_topology::inventory::to_json(&nv))].into_iter().collect());
+    Api::<Node>::all(client.clone()).create(&PostParams::default(), &n1).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "ml");
+    pods.create(&PostParams::default(), &pod("p1", "n1", 2, Some("0,1"))).await.unwrap();
+    // Not bound: outside the field selector, never seen.
+    let mut pending = pod("pending", "n1", 1, None);
+    pending.spec.as_mut().unwrap().node_name = None;
+    pods.create(&PostParams::default(), &pending).await.unwrap();
+
+    let view = KubeClusterView::spawn(client);
+    tokio::time::timeout(HANG_GUARD, view.wait_until_ready()).await.expect("synced");
     let node = view.node("n1").expect("node n1");
     let ann = node.metadata.annotations.as_ref().unwrap();
     assert_eq!(ann.keys().collect::<Vec<_>>(), [TOPOLOGY_ANNOTATION], "other annotations dropped");
     assert!(node.status.is_none() && node.metadata.managed_fields.is_none(), "node slimmed");
-    let pods = view.pods_on_node("n1");
-    assert_eq!(pods.len(), 1);
-    let pod = &pods[0];
-    assert_eq!(pod.metadata.annotations.as_ref().unwrap()[weft_k8s::GPU_IDS_ANNOTATION], "0,1");
-    let c = &pod.spec.as_ref().unwrap().containers[0];
+    let on_n1 = view.pods_on_node("n1");
+    assert_eq!(on_n1.len(), 1, "only the bound pod");
+    let c = &on_n1[0].spec.as_ref().unwrap().containers[0];
     assert!(c.image.is_none() && c.resources.is_some(), "container slimmed to its resources");
-    assert!(view.pods_on_node("n2").is_empty());
-
-    let pod_query = api.queries.lock().unwrap().iter().find(|q| q.starts_with("/api/v1/pods")).cloned().unwrap();
-    let selector = url_decode(pod_query.split("fieldSelector=").nth(1).unwrap().split('&').next().unwrap());
-    assert_eq!(selector, POD_FIELD_SELECTOR);
-
-    pod_tx.send(json!({"type": "ADDED", "object": pod_json("p2", "n1", 1, None)})).unwrap();
-    until(&view, |v| v.pods_on_node("n1").len() == 2).await;
-    pod_tx.send(json!({"type": "DELETED", "object": pod_json("p1", "n1", 2, Some("0,1"))})).unwrap();
-    until(&view, |v| v.pods_on_node("n1").iter().map(|p| p.metadata.name.clone().unwrap()).eq(["p2".to_string()]))
-        .await;
-
-    let mut changed = common::node_json("n1", Some(&common::sys_only("n1", 8)), 8);
-    changed["metadata"]["resourceVersion"] = json!("11");
-    node_tx.send(json!({"type": "MODIFIED", "object": changed})).unwrap();
-    until(&view, |v| v.node("n1").and_then(|n| n.metadata.resource_version.clone()).as_deref() == Some("11")).await;
-}
-
-fn url_decode(s: &str) -> String {
-    let (b, mut out, mut i) = (s.as_bytes(), Vec::new(), 0);
-    while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() {
-            out.push(u8::from_str_radix(&s[i + 1..i + 3], 16).unwrap());
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).unwrap()
+    assert!(server.requests().iter().any(|r| r.resource == "pods" && r.verb == Verb::Watch));
+    // The selector the view asked for is the one documented.
+    assert_eq!(POD_FIELD_SELECTOR, "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed");
 }
 
 #[tokio::test]
-async fn extender_in_node_cache_mode_reads_nodes_and_pods_from_the_view() {
-    let (client, _api, _ntx, _ptx) = fake(
-        vec![
-            common::node_json("free", Some(&common::a100_nvswitch("free")), 8),
-            common::node_json("full", Some(&common::a100_nvswitch("full")), 8),
-        ],
-        vec![pod_json("big", "full", 7, None)],
-    );
-    let view = Arc::new(KubeClusterView::spawn(client));
-    tokio::time::timeout(Duration::from_secs(30), view.wait_until_ready()).await.expect("synced");
-    let state = ExtenderState::new(view, ExtenderConfig::default());
-    let args = serde_json::from_value(common::args_with_names(common::pending_pod_json("p", 2), &["free", "full"]));
-    let result: ExtenderFilterResult = state.filter(args.unwrap());
-    assert_eq!(result.node_names, Some(vec!["free".to_string()]));
-    assert!(result.failed_nodes["full"].contains("1 of 8 GPUs free"), "{result:?}");
+async fn watches_recover_from_dropped_streams_and_expired_resource_versions() {
+    let server = FakeApiServer::start().await;
+    let client = server.client();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "ml");
+    Api::<Node>::all(client.clone()).create(&PostParams::default(), &bare_node("a", 8)).await.unwrap();
+    let view = KubeClusterView::spawn(client.clone());
+    tokio::time::timeout(HANG_GUARD, view.wait_until_ready()).await.expect("synced");
+
+    // The connection drops; changes made while no watch is open must still arrive.
+    let watches_before = count(&server, Verb::Watch);
+    server.drop_watches();
+    pods.create(&PostParams::default(), &pod("during-drop", "a", 1, Some("0"))).await.unwrap();
+    until(&view, |v| v.pods_on_node("a").len() == 1).await;
+    tokio::time::timeout(HANG_GUARD, server.wait_for(|s| count(s, Verb::Watch) >= watches_before + 2))
+        .await
+        .expect("both watches re-opened");
+
+    // History compacted and the stream dropped: the re-watch gets 410 Gone, the view relists and
+    // still converges (including a deletion it never saw as an event).
+    let lists_before = count(&server, Verb::List);
+    server.compact_history();
+    server.expire_next_watches(2);
+    server.drop_watches();
+    pods.delete("during-drop", &DeleteParams::default()).await.unwrap();
+    pods.create(&PostParams::default(), &pod("after-expiry", "a", 2, Some("1,2"))).await.unwrap();
+    until(&view, |v| {
+        v.pods_on_node("a").iter().map(|p| p.metadata.name.clone().unwrap()).eq(["after-expiry".to_string()])
+    })
+    .await;
+    assert!(count(&server, Verb::List) > lists_before, "a 410 makes the watcher relist");
+}
+
+fn count(server: &FakeApiServer, verb: Verb) -> usize {
+    server.requests().iter().filter(|r| r.verb == verb && r.resource == "pods").count()
+}
+
+#[tokio::test]
+async fn publish_retries_injected_conflicts_and_server_errors_with_a_fresh_read() {
+    use weft_fakeapi::RequestMatcher;
+    let server = FakeApiServer::start().await;
+    Api::<Node>::all(server.client()).create(&PostParams::default(), &bare_node("a", 8)).await.unwrap();
+    server.fail_next(RequestMatcher::new(Verb::Patch, "nodes"), 409, 1);
+    server.fail_next(RequestMatcher::new(Verb::Patch, "nodes"), 500, 1);
+    server.clear_requests();
+    let retry = weft_k8s::RetryPolicy {
+        max_attempts: 5,
+        initial_backoff: Duration::from_millis(1),
+        max_backoff: Duration::from_millis(5),
+    };
+    let t = common::a100_nvswitch("a");
+    let out = weft_k8s::publish_topology_with(server.client(), "a", &t, "weft-agent", &retry).await.unwrap();
+    assert_eq!(out, PublishOutcome::Updated { attempts: 3 });
+    let verbs: Vec<Verb> = server.requests().iter().map(|r| r.verb).collect();
+    assert_eq!(verbs, [Verb::Get, Verb::Patch, Verb::Get, Verb::Patch, Verb::Get, Verb::Patch], "read again each time");
+    let stored = server.get("nodes", None, "a").unwrap();
+    assert_eq!(stored["metadata"]["annotations"][TOPOLOGY_ANNOTATION], json!(weft_topology::inventory::to_json(&t)));
 }

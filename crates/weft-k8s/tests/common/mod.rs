@@ -2,6 +2,8 @@
 //! kube-scheduler sends them, and a test server on loopback.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod rbac;
+
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
