@@ -1,9 +1,13 @@
 //! `weft`: one binary, one subcommand per component. See `weft --help`.
 
+mod cmd_agent;
+mod cmd_controller;
+mod cmd_crds;
 mod cmd_extender;
 mod cmd_gpu;
 mod cmd_sim;
 mod cmd_topo;
+mod kube_args;
 mod output;
 
 use std::process::ExitCode;
@@ -46,6 +50,17 @@ enum Command {
     /// annotations and the pods bound to each node. See docs/scheduler-extender.md for the
     /// KubeSchedulerConfiguration stanza.
     SchedulerExtender(cmd_extender::ExtenderArgs),
+    /// The node agent (DaemonSet): keeps this node's `weft.io/gpu-topology` annotation current
+    /// (discovered at start, every --interval, and whenever someone changes the annotation).
+    /// Serves /healthz, /readyz and /metrics on --ops-listen.
+    Agent(cmd_agent::AgentArgs),
+    /// The cluster controllers (Deployment): today the NumaNetwork controller, which validates each
+    /// NumaNetwork and records the verdict in its status. With --leader-elect only the replica
+    /// holding the Lease acts. Serves /healthz, /readyz and /metrics on --ops-listen.
+    Controller(cmd_controller::ControllerArgs),
+    /// Print weft's CustomResourceDefinitions (NumaNetwork), generated from its Rust types, or
+    /// write or check a committed copy (`weft crds --check deploy/base/crds/<name>.yaml`).
+    Crds(cmd_crds::CrdsArgs),
 }
 
 fn main() -> ExitCode {
@@ -58,6 +73,9 @@ fn main() -> ExitCode {
         Command::Topo(cmd) => cmd_topo::run(cmd),
         Command::Gpu(cmd) => cmd_gpu::run(cmd),
         Command::SchedulerExtender(a) => cmd_extender::run(a),
+        Command::Agent(a) => cmd_agent::run(a),
+        Command::Controller(a) => cmd_controller::run(a),
+        Command::Crds(a) => cmd_crds::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
