@@ -29,5 +29,8 @@ cargo fmt --all --check
 log "cargo clippy (workspace, all targets, NVML feature on)"
 cargo clippy --workspace --all-targets --features weft/nvml --locked -- -D warnings
 
+log "deploy manifests (hadolint, yamllint, kustomize render, Kubernetes 1.34 schema validation)"
+bash scripts/lint-deploy.sh
+
 log "cargo test (workspace)"
 cargo test --workspace --locked --no-fail-fast

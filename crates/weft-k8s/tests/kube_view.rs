@@ -136,7 +136,12 @@ async fn requests_of_the_extender_and_the_publisher_are_granted_by_their_rbac() 
     server.clear_requests();
     let view = KubeClusterView::spawn(server.client());
     tokio::time::timeout(HANG_GUARD, view.wait_until_ready()).await.expect("synced");
+    // Both watches open (they start after the lists), then the view goes away.
+    tokio::time::timeout(HANG_GUARD, server.wait_for(|s| s.open_watches() == 2)).await.expect("watching");
     drop(view);
+    let verbs: Vec<Verb> = server.requests().iter().map(|r| r.verb).collect();
+    assert_eq!(verbs.iter().filter(|v| **v == Verb::List).count(), 2, "{verbs:?}");
+    assert_eq!(verbs.iter().filter(|v| **v == Verb::Watch).count(), 2, "{verbs:?}");
     common::rbac::assert_granted(&server.requests(), &["base/scheduler-extender/rbac.yaml"]);
 
     server.clear_requests();
@@ -164,6 +169,7 @@ async fn view_slims_objects_and_uses_the_pod_field_selector() {
 
     let view = KubeClusterView::spawn(client);
     tokio::time::timeout(HANG_GUARD, view.wait_until_ready()).await.expect("synced");
+    tokio::time::timeout(HANG_GUARD, server.wait_for(|s| s.open_watches() == 2)).await.expect("watching");
     let node = view.node("n1").expect("node n1");
     let ann = node.metadata.annotations.as_ref().unwrap();
     assert_eq!(ann.keys().collect::<Vec<_>>(), [TOPOLOGY_ANNOTATION], "other annotations dropped");
@@ -187,6 +193,7 @@ async fn watches_recover_from_dropped_streams_and_expired_resource_versions() {
     tokio::time::timeout(HANG_GUARD, view.wait_until_ready()).await.expect("synced");
 
     // The connection drops; changes made while no watch is open must still arrive.
+    tokio::time::timeout(HANG_GUARD, server.wait_for(|s| s.open_watches() == 2)).await.expect("watching");
     let watches_before = count(&server, Verb::Watch);
     server.drop_watches();
     pods.create(&PostParams::default(), &pod("during-drop", "a", 1, Some("0"))).await.unwrap();
@@ -210,8 +217,9 @@ async fn watches_recover_from_dropped_streams_and_expired_resource_versions() {
     assert!(count(&server, Verb::List) > lists_before, "a 410 makes the watcher relist");
 }
 
+/// Requests with `verb` on nodes or pods.
 fn count(server: &FakeApiServer, verb: Verb) -> usize {
-    server.requests().iter().filter(|r| r.verb == verb && r.resource == "pods").count()
+    server.requests().iter().filter(|r| r.verb == verb).count()
 }
 
 #[tokio::test]
