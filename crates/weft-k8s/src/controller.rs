@@ -178,11 +178,7 @@ impl ControllerMetrics {
         let m = ControllerMetrics::default();
         let sub = registry.sub_registry_with_prefix("controller");
         sub.register("reconciles", "Reconciles by controller and result (success, error)", m.reconciles.clone());
-        sub.register(
-            "reconcile_duration_seconds",
-            "Time one reconcile took, by controller",
-            m.duration.clone(),
-        );
+        sub.register("reconcile_duration_seconds", "Time one reconcile took, by controller", m.duration.clone());
         m
     }
 
@@ -230,8 +226,7 @@ pub async fn run<K, R>(
 {
     let name = settings.name;
     let config = controller::Config::default().concurrency(settings.concurrency).debounce(settings.debounce);
-    let shared =
-        Arc::new(Shared { reconciler, ctx, settings, scope, failures: Mutex::new(HashMap::new()) });
+    let shared = Arc::new(Shared { reconciler, ctx, settings, scope, failures: Mutex::new(HashMap::new()) });
     tracing::info!(controller = name, kind = %K::kind(&()), "controller starting");
     Controller::new(api, watch_config)
         .with_config(config)

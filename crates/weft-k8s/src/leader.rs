@@ -117,11 +117,8 @@ where
     Fut: Future<Output = ()> + Send + 'static,
 {
     let params = cfg.params()?;
-    let lease_err = |source| LeaderError::Lease {
-        namespace: cfg.namespace.clone(),
-        name: cfg.lease_name.clone(),
-        source,
-    };
+    let lease_err =
+        |source| LeaderError::Lease { namespace: cfg.namespace.clone(), name: cfg.lease_name.clone(), source };
     let manager = LeaseManager::new(client, &cfg.lease_name, &cfg.namespace, params, LeaseCreateMode::AutoCreate)
         .await
         .map_err(lease_err)?;
@@ -174,7 +171,9 @@ async fn release(
             tracing::info!(lease = %cfg.lease_name, identity = %cfg.identity, "released the lease");
             Ok(())
         }
-        Ok(Err(source)) => Err(LeaderError::Lease { namespace: cfg.namespace.clone(), name: cfg.lease_name.clone(), source }),
+        Ok(Err(source)) => {
+            Err(LeaderError::Lease { namespace: cfg.namespace.clone(), name: cfg.lease_name.clone(), source })
+        }
         Err(e) => {
             tracing::warn!(error = %e, "lease task ended abnormally");
             Ok(())

@@ -29,8 +29,8 @@ use tokio_util::sync::CancellationToken;
 use weft_topology::{NodeTopology, inventory};
 
 use crate::TOPOLOGY_ANNOTATION;
-use crate::usage::DEFAULT_GPU_RESOURCE;
 use crate::publish::{PublishOutcome, publish_topology_with};
+use crate::usage::DEFAULT_GPU_RESOURCE;
 use crate::write::RetryPolicy;
 
 /// Where and how often to publish.

@@ -108,14 +108,15 @@ impl Reconciler<NumaNetwork> for NumaNetworkReconciler {
         let api: Api<NumaNetwork> = Api::all(ctx.client.clone());
         let params = PostParams { field_manager: Some(ctx.field_manager.clone()), ..PostParams::default() };
         let mut judged = None;
-        let written = update_with_retry(&api, &nn.name_any(), Part::Status, &params, &RetryPolicy::conflicts(), |fresh| {
-            // Judge the copy just read: its spec may be newer than the one that triggered us.
-            let v = verdict(fresh);
-            let changed = record(fresh.status.get_or_insert_with(NumaNetworkStatus::default), &v, Timestamp::now());
-            judged = Some(v);
-            changed
-        })
-        .await?;
+        let written =
+            update_with_retry(&api, &nn.name_any(), Part::Status, &params, &RetryPolicy::conflicts(), |fresh| {
+                // Judge the copy just read: its spec may be newer than the one that triggered us.
+                let v = verdict(fresh);
+                let changed = record(fresh.status.get_or_insert_with(NumaNetworkStatus::default), &v, Timestamp::now());
+                judged = Some(v);
+                changed
+            })
+            .await?;
         if let (Some(obj), Some(v)) = (written, judged)
             && v.status == "False"
         {

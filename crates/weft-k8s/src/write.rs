@@ -58,7 +58,6 @@ pub fn is_retryable(e: &KubeError) -> bool {
     }
 }
 
-
 /// Which part of an object an update writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Part {

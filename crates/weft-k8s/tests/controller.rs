@@ -108,8 +108,12 @@ impl Reconciler<ConfigMap> for Counting {
         *self.applies.lock().unwrap().entry(cm.name_any()).or_default() += 1;
         let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), "ns");
         let external = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("{}-external", cm.name_any())}});
-        api.patch(&format!("{}-external", cm.name_any()), &PatchParams::apply(&ctx.field_manager), &Patch::Apply(external))
-            .await?;
+        api.patch(
+            &format!("{}-external", cm.name_any()),
+            &PatchParams::apply(&ctx.field_manager),
+            &Patch::Apply(external),
+        )
+        .await?;
         Ok(Action::await_change())
     }
 
@@ -297,13 +301,18 @@ async fn numanetwork_controller_records_verdicts_and_resumes_from_api_state_afte
     server.insert(serde_json::to_value(network("bad", "192.168.10.7/24")).unwrap()).unwrap();
 
     let first = start_numanetwork(client.clone());
-    let good = guard("good judged", server.wait_for_object("numanetworks", None, "good", |v| accepted(v).is_some())).await;
+    let good =
+        guard("good judged", server.wait_for_object("numanetworks", None, "good", |v| accepted(v).is_some())).await;
     let bad = guard("bad judged", server.wait_for_object("numanetworks", None, "bad", |v| accepted(v).is_some())).await;
     assert_eq!(accepted(&good), Some(("True".into(), 1)));
     assert_eq!(accepted(&bad).unwrap().0, "False");
     let bad_condition = &bad["status"]["conditions"][0];
     assert!(bad_condition["message"].as_str().unwrap().contains("spec.refResourceClaimDranet.ipRange"));
-    guard("the InvalidSpec Event", server.wait_for(|s| s.list("events.events.k8s.io", None).iter().any(|e| e["reason"] == "InvalidSpec"))).await;
+    guard(
+        "the InvalidSpec Event",
+        server.wait_for(|s| s.list("events.events.k8s.io", None).iter().any(|e| e["reason"] == "InvalidSpec")),
+    )
+    .await;
     first.stop().await;
 
     // While no controller runs: one spec changes, one network is added.
@@ -320,7 +329,11 @@ async fn numanetwork_controller_records_verdicts_and_resumes_from_api_state_afte
     // A fresh controller, with no memory of the first, works from what the API server holds.
     let second = start_numanetwork(client.clone());
     second.reconciled(3).await;
-    guard("good re-judged", server.wait_for_object("numanetworks", None, "good", |v| accepted(v) == Some(("True".into(), 2)))).await;
+    guard(
+        "good re-judged",
+        server.wait_for_object("numanetworks", None, "good", |v| accepted(v) == Some(("True".into(), 2))),
+    )
+    .await;
     guard("new judged", server.wait_for_object("numanetworks", None, "new", |v| accepted(v).is_some())).await;
     second.stop().await;
     let mut written = status_writes(&server);
@@ -418,9 +431,10 @@ async fn controller_keeps_working_after_its_watch_is_dropped() {
     )
     .await
     .unwrap();
-    let v = guard("re-judged after reconnect", server.wait_for_object("numanetworks", None, "w", |v| {
-        accepted(v).is_some_and(|(_, g)| g == 2)
-    }))
+    let v = guard(
+        "re-judged after reconnect",
+        server.wait_for_object("numanetworks", None, "w", |v| accepted(v).is_some_and(|(_, g)| g == 2)),
+    )
     .await;
     running.stop().await;
     assert_eq!(accepted(&v).unwrap().0, "False");

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::{Api, ResourceExt};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
 use serde_json::json;
 use weft_fakeapi::{FakeApiServer, Verb};
 use weft_k8s::kube_view::POD_FIELD_SELECTOR;

@@ -27,7 +27,11 @@ fn config(node: &str) -> PublisherConfig {
         field_manager: "weft-agent".into(),
         // Long enough that only the start-up tick and the watch drive these tests.
         interval: Duration::from_secs(3600),
-        retry: RetryPolicy { max_attempts: 2, initial_backoff: Duration::from_millis(1), max_backoff: Duration::from_millis(2) },
+        retry: RetryPolicy {
+            max_attempts: 2,
+            initial_backoff: Duration::from_millis(1),
+            max_backoff: Duration::from_millis(2),
+        },
     }
 }
 
@@ -46,7 +50,8 @@ async fn publishes_at_start_and_restores_a_removed_annotation() {
     let topo = common::a100_nvswitch("a");
     let expected = inventory::to_json(&topo);
     let discover: Discover = Arc::new(move || Ok(topo.clone()));
-    let (metrics, ready, stop) = (PublisherMetrics::default(), Arc::new(AtomicBool::new(false)), CancellationToken::new());
+    let (metrics, ready, stop) =
+        (PublisherMetrics::default(), Arc::new(AtomicBool::new(false)), CancellationToken::new());
     let task = tokio::spawn(keep_topology_published(
         server.client(),
         config("a"),
@@ -64,7 +69,11 @@ async fn publishes_at_start_and_restores_a_removed_annotation() {
 
     // Someone strips the annotation: the agent sees it on its node watch and writes it back.
     Api::<Node>::all(server.client())
-        .patch("a", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {TOPOLOGY_ANNOTATION: null}}})))
+        .patch(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {TOPOLOGY_ANNOTATION: null}}})),
+        )
         .await
         .unwrap();
     tokio::time::timeout(HANG_GUARD, server.wait_for_object("nodes", None, "a", has(&expected))).await.unwrap();
@@ -85,7 +94,8 @@ async fn an_empty_discovery_is_not_published_on_a_node_that_advertises_gpus() {
     let server = FakeApiServer::start().await;
     node_with_capacity(&server, "gpu-node", 8).await;
     let discover: Discover = Arc::new(|| Ok(common::sys_only("gpu-node", 0)));
-    let (metrics, ready, stop) = (PublisherMetrics::default(), Arc::new(AtomicBool::new(false)), CancellationToken::new());
+    let (metrics, ready, stop) =
+        (PublisherMetrics::default(), Arc::new(AtomicBool::new(false)), CancellationToken::new());
     let task = tokio::spawn(keep_topology_published(
         server.client(),
         config("gpu-node"),

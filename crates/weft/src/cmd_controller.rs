@@ -78,7 +78,9 @@ pub fn run(a: ControllerArgs) -> anyhow::Result<()> {
         let result = match &leader_cfg {
             Some(cfg) => {
                 eprintln!("weft controller {}: waiting for lease {}/{}", cfg.identity, cfg.namespace, cfg.lease_name);
-                leader::run_as_leader(client, cfg, leader_gauge, shutdown.clone(), work).await.map_err(anyhow::Error::from)
+                leader::run_as_leader(client, cfg, leader_gauge, shutdown.clone(), work)
+                    .await
+                    .map_err(anyhow::Error::from)
             }
             None => {
                 eprintln!("weft controller: running without leader election");
