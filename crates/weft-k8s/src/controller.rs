@@ -137,8 +137,7 @@ impl Settings {
 
     /// Requeue delay after `failures` consecutive failures (≥ 1).
     pub fn backoff(&self, failures: u32) -> Duration {
-        let factor = 1u32.checked_shl(failures.saturating_sub(1)).unwrap_or(u32::MAX);
-        self.backoff_base.saturating_mul(factor).min(self.backoff_max)
+        crate::write::doubling_backoff(self.backoff_base, self.backoff_max, failures)
     }
 }
 

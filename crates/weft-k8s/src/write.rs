@@ -43,9 +43,14 @@ impl RetryPolicy {
 
     /// Wait before attempt `attempt + 1`, after `attempt` failures (`attempt` ≥ 1).
     pub fn backoff(&self, attempt: u32) -> Duration {
-        let factor = 1u32.checked_shl(attempt.saturating_sub(1)).unwrap_or(u32::MAX);
-        self.initial_backoff.saturating_mul(factor).min(self.max_backoff)
+        doubling_backoff(self.initial_backoff, self.max_backoff, attempt)
     }
+}
+
+/// `first · 2^(n-1)`, capped at `max`: the wait after the `n`-th consecutive failure (`n` ≥ 1).
+pub fn doubling_backoff(first: Duration, max: Duration, n: u32) -> Duration {
+    let factor = 1u32.checked_shl(n.saturating_sub(1)).unwrap_or(u32::MAX);
+    first.saturating_mul(factor).min(max)
 }
 
 /// Whether an API error is worth retrying: conflicts, throttling, server errors and transport

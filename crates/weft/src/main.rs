@@ -80,27 +80,12 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {}", describe(&e));
+            // The error and its causes, each cause left out when the message already holds its text.
+            let err: &(dyn std::error::Error + 'static) = e.as_ref();
+            eprintln!("error: {}", weft_k8s::controller::ErrorChain(err));
             ExitCode::from(2)
         }
     }
-}
-
-/// The error and its causes joined by `: `, leaving out a cause whose text the message already holds
-/// (many library errors print their source in their own message as well as exposing it).
-fn describe(e: &anyhow::Error) -> String {
-    let mut out = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        if out.contains(&text) {
-            continue;
-        }
-        if !out.is_empty() {
-            out.push_str(": ");
-        }
-        out.push_str(&text);
-    }
-    out
 }
 
 #[cfg(test)]
