@@ -1,0 +1,1 @@
+//! Admission decisions for Volcano Jobs and their pods (being written).
