@@ -18,6 +18,7 @@ pub mod crd;
 pub mod decision;
 pub mod kube_view;
 pub mod leader;
+pub mod job_controller;
 pub mod node_agent;
 pub mod numanetwork_controller;
 pub mod ops;
@@ -25,6 +26,7 @@ pub mod publish;
 pub mod server;
 pub mod usage;
 pub mod view;
+pub mod webhook;
 pub mod wire;
 pub mod write;
 

@@ -5,8 +5,11 @@ mod cmd_controller;
 mod cmd_crds;
 mod cmd_extender;
 mod cmd_gpu;
+mod cmd_jobs;
 mod cmd_sim;
 mod cmd_topo;
+mod cmd_wait;
+mod cmd_webhook;
 mod kube_args;
 mod output;
 
@@ -61,6 +64,17 @@ enum Command {
     /// Print weft's CustomResourceDefinitions (NumaNetwork), generated from its Rust types, or
     /// write or check a committed copy (`weft crds --check deploy/base/crds/<name>.yaml`).
     Crds(cmd_crds::CrdsArgs),
+    /// Admission webhook (Deployment) for Volcano Jobs and their pods: Job defaults and plugin
+    /// dependencies, strict validation of weft's plugins (annotation `weft.io/job-plugins`), and
+    /// weft's plugins applied to each pod. HTTPS on --listen; /healthz, /readyz, /metrics on
+    /// --ops-listen.
+    Webhook(cmd_webhook::WebhookArgs),
+    /// See the pods and objects a Volcano Job will get from Volcano's plugins and weft's.
+    #[command(subcommand)]
+    Jobs(cmd_jobs::JobsCommand),
+    /// Wait until every HOST:PORT resolves and accepts a TCP connection (the launch-order init
+    /// container weft's job plugins add). Exits 1 after --timeout seconds.
+    WaitFor(cmd_wait::WaitArgs),
 }
 
 fn main() -> ExitCode {
@@ -76,6 +90,9 @@ fn main() -> ExitCode {
         Command::Agent(a) => cmd_agent::run(a),
         Command::Controller(a) => cmd_controller::run(a),
         Command::Crds(a) => cmd_crds::run(a),
+        Command::Webhook(a) => cmd_webhook::run(a),
+        Command::Jobs(c) => cmd_jobs::run(c),
+        Command::WaitFor(a) => cmd_wait::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

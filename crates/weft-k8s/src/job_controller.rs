@@ -1,0 +1,1 @@
+//! The Volcano Job controller: job-level objects of weft plugins (being written).
