@@ -1,0 +1,106 @@
+//! Issue #4's targets: mutate each pod of a 1,000-replica job in ≤ 1 ms per pod including JSON
+//! (de)serialisation, and render a 1,000-pod job in ≤ 200 ms.
+//!
+//! `cargo bench -p weft-jobs --bench jobs`. The pod benchmark does per pod what `weft webhook`
+//! does: parse the AdmissionReview body, take the pod, build the patch with the job's cached
+//! `PodMutator`, serialise the patch. Building the mutator happens once per job version in the
+//! webhook, so it is outside the loop (and measured on its own).
+
+use std::hint::black_box;
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use serde_json::{Value, json};
+use weft_jobs::admission::{AdmissionOptions, PodMutator, mutate_job};
+use weft_jobs::render::{PlaceholderKeys, render};
+use weft_jobs::{Job, naming};
+
+const WORKERS: i64 = 1000;
+
+fn container() -> Value {
+    json!({"name": "main", "image": "example/train:1", "resources": {"limits": {"nvidia.com/gpu": "8"}}})
+}
+
+/// A job with `framework` in weft's annotation: one master/ps/head/scheduler task and 1,000 workers.
+fn job(framework: &str) -> Value {
+    let (lead, args, extra): (&str, Value, Vec<Value>) = match framework {
+        "tensorflow" => ("ps", json!(["--ps=ps", "--worker=worker"]), vec![]),
+        "pytorch" => ("master", json!([]), vec![]),
+        "mpi" => ("master", json!([]), vec![]),
+        "mxnet" => ("scheduler", json!([]), vec![json!({"name": "server", "replicas": 4, "template": {"spec": {"containers": [container()]}}})]),
+        "ray" => ("head", json!([]), vec![]),
+        other => panic!("no benchmark job for {other}"),
+    };
+    let names = |n: &str| if framework == "ray" { json!([{"name": n, "image": "ray"}]) } else { json!([container()]) };
+    let mut tasks = vec![json!({"name": lead, "replicas": 1, "template": {"spec": {"containers": names("head")}}})];
+    tasks.extend(extra);
+    tasks.push(json!({"name": "worker", "replicas": WORKERS, "template": {"spec": {"containers": names("worker")}}}));
+    let plugins = json!({ framework: args, "env": [] }).to_string();
+    let raw = json!({"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+        "metadata": {"name": "bench", "namespace": "ml", "uid": "0d4a7c1e-5b7e-4c57-9a55-7f1f2b3c4d5e", "resourceVersion": "7",
+                     "annotations": {"weft.io/job-plugins": plugins}},
+        "spec": {"tasks": tasks}});
+    // As admitted: defaults and plugin dependencies applied.
+    let mut admitted = raw.clone();
+    json_patch::patch(&mut admitted, &mutate_job(&raw, &AdmissionOptions::default()).expect("mutates")).expect("applies");
+    admitted
+}
+
+/// AdmissionReview bodies for every pod of the job, as the API server sends them.
+fn review_bodies(job: &Job) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    for task in &job.spec.tasks {
+        for i in 0..naming::replicas(task) {
+            let pod = naming::volcano_pod(job, task, i);
+            let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "request": {"uid": format!("req-{i}"), "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                    "resource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": "ml", "operation": "CREATE",
+                    "userInfo": {"username": "system:serviceaccount:volcano-system:volcano-controllers"},
+                    "object": pod, "dryRun": false}});
+            out.push(serde_json::to_vec(&review).expect("serialises"));
+        }
+    }
+    out
+}
+
+fn mutate_pods(c: &mut Criterion) {
+    let mut group = c.benchmark_group("mutate_pod_1000_replicas");
+    for framework in ["tensorflow", "pytorch", "mpi", "mxnet", "ray"] {
+        let job: Job = serde_json::from_value(job(framework)).expect("a Job");
+        let opts = AdmissionOptions::default();
+        let mutator = PodMutator::new(&job, &opts).expect("builds");
+        let bodies = review_bodies(&job);
+        group.throughput(Throughput::Elements(bodies.len() as u64));
+        // All pods of the job, one after another: time per element = time per pod.
+        group.bench_with_input(BenchmarkId::new("all_pods", framework), &bodies, |b, bodies| {
+            b.iter(|| {
+                for body in bodies {
+                    let mut review: Value = serde_json::from_slice(body).expect("json");
+                    let pod = review["request"]["object"].take();
+                    let patch = mutator.mutate(&pod).expect("mutates");
+                    black_box(serde_json::to_vec(&patch).expect("serialises"));
+                }
+            });
+        });
+    }
+    group.finish();
+
+    let job: Job = serde_json::from_value(job("tensorflow")).expect("a Job");
+    c.bench_function("build_pod_mutator/tensorflow_1001_pods", |b| {
+        b.iter(|| black_box(PodMutator::new(&job, &AdmissionOptions::default()).expect("builds")));
+    });
+}
+
+fn render_job(c: &mut Criterion) {
+    let mut group = c.benchmark_group("render_1000_pod_job");
+    group.sample_size(20);
+    for framework in ["tensorflow", "pytorch", "mpi"] {
+        let job = job(framework);
+        group.bench_with_input(BenchmarkId::from_parameter(framework), &job, |b, job| {
+            b.iter(|| black_box(render(job, &AdmissionOptions::default(), &PlaceholderKeys).expect("renders")));
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, mutate_pods, render_job);
+criterion_main!(benches);
