@@ -103,10 +103,10 @@ pub fn render(job: &Value, opts: &AdmissionOptions, keys: &dyn SshKeySource) -> 
     let ops = mutate_job(job, opts).map_err(RenderError::NotAJob)?;
     let mut admitted = job.clone();
     json_patch::patch(&mut admitted, &ops).map_err(|e| RenderError::NotAJob(e.to_string()))?;
-    if admitted.pointer("/metadata/namespace").is_none_or(Value::is_null) {
-        if let Some(meta) = admitted.get_mut("metadata").and_then(Value::as_object_mut) {
-            meta.insert("namespace".into(), "default".into());
-        }
+    if admitted.pointer("/metadata/namespace").is_none_or(Value::is_null)
+        && let Some(meta) = admitted.get_mut("metadata").and_then(Value::as_object_mut)
+    {
+        meta.insert("namespace".into(), "default".into());
     }
     let typed: Job = serde_json::from_value(admitted.clone()).map_err(|e| RenderError::NotAJob(e.to_string()))?;
     let verdict = validate_job(&typed, None, opts);

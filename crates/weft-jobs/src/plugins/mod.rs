@@ -1,7 +1,8 @@
 //! The plugins, one module each, and the registry that fixes their order.
 //!
 //! Every module exports `NAME`, `FLAGS` (its arguments) and `build`, which parses the arguments
-//! (strictly for [`Flavor::Weft`], leniently for [`Flavor::Volcano`]), checks the job and returns
+//! (strictly for [`Flavor::Weft`](crate::Flavor::Weft), leniently for
+//! [`Flavor::Volcano`](crate::Flavor::Volcano)), checks the job and returns
 //! the plugin ready to mutate that job's pods.
 
 use crate::plugin::{BuildInput, JobPlugin, PluginError};
