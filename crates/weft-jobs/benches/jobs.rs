@@ -26,7 +26,11 @@ fn job(framework: &str) -> Value {
         "tensorflow" => ("ps", json!(["--ps=ps", "--worker=worker"]), vec![]),
         "pytorch" => ("master", json!([]), vec![]),
         "mpi" => ("master", json!([]), vec![]),
-        "mxnet" => ("scheduler", json!([]), vec![json!({"name": "server", "replicas": 4, "template": {"spec": {"containers": [container()]}}})]),
+        "mxnet" => (
+            "scheduler",
+            json!([]),
+            vec![json!({"name": "server", "replicas": 4, "template": {"spec": {"containers": [container()]}}})],
+        ),
         "ray" => ("head", json!([]), vec![]),
         other => panic!("no benchmark job for {other}"),
     };
@@ -41,7 +45,8 @@ fn job(framework: &str) -> Value {
         "spec": {"tasks": tasks}});
     // As admitted: defaults and plugin dependencies applied.
     let mut admitted = raw.clone();
-    json_patch::patch(&mut admitted, &mutate_job(&raw, &AdmissionOptions::default()).expect("mutates")).expect("applies");
+    json_patch::patch(&mut admitted, &mutate_job(&raw, &AdmissionOptions::default()).expect("mutates"))
+        .expect("applies");
     admitted
 }
 

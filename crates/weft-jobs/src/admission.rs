@@ -278,6 +278,7 @@ pub fn owning_job(pod: &Value) -> Option<(String, String)> {
         let api = r.get("apiVersion")?.as_str()?;
         let is_job = r.get("kind")?.as_str()? == "Job" && api.split('/').next() == Some(crate::job::GROUP);
         let controller = r.get("controller").and_then(Value::as_bool).unwrap_or(false);
-        (is_job && controller).then(|| Some((r.get("name")?.as_str()?.to_owned(), r.get("uid")?.as_str()?.to_owned())))?
+        (is_job && controller)
+            .then(|| Some((r.get("name")?.as_str()?.to_owned(), r.get("uid")?.as_str()?.to_owned())))?
     })
 }

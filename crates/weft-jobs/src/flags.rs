@@ -344,7 +344,8 @@ impl fmt::Display for Kind {
 mod tests {
     use super::*;
 
-    const DEFS: &[FlagDef] = &[FlagDef::string("ps", "ps"), FlagDef::int("port", "2222"), FlagDef::bool("wait", "false")];
+    const DEFS: &[FlagDef] =
+        &[FlagDef::string("ps", "ps"), FlagDef::int("port", "2222"), FlagDef::bool("wait", "false")];
 
     fn args(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| (*s).to_owned()).collect()
@@ -387,7 +388,17 @@ mod tests {
 
     #[test]
     fn go_integer_syntax() {
-        for (s, v) in [("0x10", 16), ("0o17", 15), ("017", 15), ("0b101", 5), ("-12", -12), ("+7", 7), ("1_000", 1000), ("0x_ff", 255), ("0", 0)] {
+        for (s, v) in [
+            ("0x10", 16),
+            ("0o17", 15),
+            ("017", 15),
+            ("0b101", 5),
+            ("-12", -12),
+            ("+7", 7),
+            ("1_000", 1000),
+            ("0x_ff", 255),
+            ("0", 0),
+        ] {
             assert_eq!(parse_go_int(s), Some(v), "{s}");
         }
         for s in ["", "-", "1__0", "_1", "1_", "0x", "08", "1e3", "12abc", "99999999999999999999"] {

@@ -177,8 +177,13 @@ mod tests {
     fn phases_that_end_a_job() {
         let mut job = Job::new("j", JobSpec::default());
         assert!(!job.has_ended());
-        for (phase, ended) in [("Running", false), ("Aborted", false), ("Completed", true), ("Failed", true), ("Terminated", true)] {
-            job.status = Some(JobStatus { state: Some(JobState { phase: phase.into(), ..Default::default() }), ..Default::default() });
+        for (phase, ended) in
+            [("Running", false), ("Aborted", false), ("Completed", true), ("Failed", true), ("Terminated", true)]
+        {
+            job.status = Some(JobStatus {
+                state: Some(JobState { phase: phase.into(), ..Default::default() }),
+                ..Default::default()
+            });
             assert_eq!(job.has_ended(), ended, "{phase}");
         }
     }

@@ -9,9 +9,10 @@
 //! hold one inclusive range `{A..B}` that `weft wait-for` expands, so a pod waiting for 1,000
 //! workers carries one argument, not 1,000.
 
-use k8s_openapi::api::core::v1::{Container, ResourceRequirements, SecurityContext};
+use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements, SecurityContext};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
+use crate::flags::{FlagDef, Flags};
 use crate::job::TaskSpec;
 use crate::naming;
 
@@ -20,6 +21,33 @@ pub const WAIT_CONTAINER_PREFIX: &str = "weft-wait-for-";
 
 /// Default time a pod waits for its dependencies before its init container fails, seconds.
 pub const DEFAULT_WAIT_TIMEOUT_SECS: i64 = 600;
+
+/// `--wait` (bool, default true): whether a framework plugin adds its launch-order init container.
+pub const WAIT_FLAG: FlagDef = FlagDef::bool("wait", "true");
+
+/// `--wait-timeout` (seconds, default [`DEFAULT_WAIT_TIMEOUT_SECS`], must be > 0).
+pub const WAIT_TIMEOUT_FLAG: FlagDef = FlagDef::int("wait-timeout", "600");
+
+/// The timeout from [`WAIT_FLAG`] and [`WAIT_TIMEOUT_FLAG`]: `None` when `--wait=false`; an error
+/// naming the flag when the timeout is not positive.
+pub fn wait_timeout(flags: &Flags) -> Result<Option<i64>, String> {
+    if !flags.bool(WAIT_FLAG.name) {
+        return Ok(None);
+    }
+    match flags.int(WAIT_TIMEOUT_FLAG.name) {
+        t if t > 0 => Ok(Some(t)),
+        t => Err(format!("flag -{} must be a number of seconds > 0, not {t}", WAIT_TIMEOUT_FLAG.name)),
+    }
+}
+
+/// Appends `container` to the pod's init containers unless one of the same name is there (a pod
+/// mutated twice, e.g. on webhook reinvocation, keeps one).
+pub fn add_init_container(spec: &mut PodSpec, container: &Container) {
+    let init = spec.init_containers.get_or_insert_with(Vec::new);
+    if !init.iter().any(|c| c.name == container.name) {
+        init.push(container.clone());
+    }
+}
 
 /// What one launch-order init container waits for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,12 +86,14 @@ pub fn wait_container(wait: &Wait) -> Container {
     let mut args = vec![format!("--timeout={}", wait.timeout_secs)];
     args.extend(wait.targets.iter().cloned());
     Container {
-        name: format!("{WAIT_CONTAINER_PREFIX}{}", wait.task),
+        name: wait_container_name(&wait.task),
         image: Some(wait.image.clone()),
         command: Some(vec!["weft".to_owned(), "wait-for".to_owned()]),
         args: Some(args),
         resources: Some(ResourceRequirements {
-            requests: Some([("cpu".to_owned(), Quantity("10m".into())), ("memory".to_owned(), Quantity("16Mi".into()))].into()),
+            requests: Some(
+                [("cpu".to_owned(), Quantity("10m".into())), ("memory".to_owned(), Quantity("16Mi".into()))].into(),
+            ),
             limits: Some([("memory".to_owned(), Quantity("64Mi".into()))].into()),
             ..Default::default()
         }),
@@ -77,6 +107,17 @@ pub fn wait_container(wait: &Wait) -> Container {
         ..Default::default()
     }
 }
+
+/// `weft-wait-for-<task>`, cut to the 63 characters a container name may have (task names may be
+/// longer than the 49 that leaves), without a trailing `-`.
+pub fn wait_container_name(task: &str) -> String {
+    let mut name = format!("{WAIT_CONTAINER_PREFIX}{task}");
+    name.truncate(MAX_CONTAINER_NAME);
+    name.trim_end_matches('-').to_owned()
+}
+
+/// Longest container name Kubernetes accepts (a DNS label).
+const MAX_CONTAINER_NAME: usize = 63;
 
 /// Expands one target: `host-{0..2}.j:22` → `host-0.j:22`, `host-1.j:22`, `host-2.j:22`. A
 /// target without a range is returned as is. Errors name the target and what is wrong.
@@ -95,7 +136,8 @@ pub fn expand_target(target: &str) -> Result<Vec<String>, String> {
         }
         return Ok(vec![target.to_owned()]);
     };
-    let close = host[open..].find('}').map(|c| c + open).ok_or_else(|| format!("target {target:?}: '{{' without '}}'"))?;
+    let close =
+        host[open..].find('}').map(|c| c + open).ok_or_else(|| format!("target {target:?}: '{{' without '}}'"))?;
     let (before, range, after) = (&host[..open], &host[open + 1..close], &host[close + 1..]);
     if after.contains('{') || after.contains('}') {
         return Err(format!("target {target:?}: at most one {{A..B}} range"));
@@ -167,8 +209,37 @@ mod tests {
     }
 
     #[test]
+    fn wait_timeout_flag_defaults_to_the_default_timeout() {
+        assert_eq!(WAIT_TIMEOUT_FLAG.default, DEFAULT_WAIT_TIMEOUT_SECS.to_string());
+        let defs = [WAIT_FLAG, WAIT_TIMEOUT_FLAG];
+        let parse = |a: &[&str]| {
+            let args: Vec<String> = a.iter().map(|s| (*s).to_owned()).collect();
+            crate::flags::parse(&defs, &args, crate::flags::Mode::Strict).expect("parses").0
+        };
+        assert_eq!(wait_timeout(&parse(&[])), Ok(Some(DEFAULT_WAIT_TIMEOUT_SECS)));
+        assert_eq!(wait_timeout(&parse(&["--wait=false", "--wait-timeout=0"])), Ok(None));
+        let e = wait_timeout(&parse(&["--wait-timeout=0"])).expect_err("zero");
+        assert!(e.contains("-wait-timeout") && e.contains("> 0"), "{e}");
+    }
+
+    #[test]
+    fn wait_container_names_stay_valid_dns_labels_for_long_task_names() {
+        assert_eq!(wait_container_name("master"), "weft-wait-for-master");
+        let long = format!("{}-{}", "a".repeat(48), "b".repeat(10));
+        let name = wait_container_name(&long);
+        assert_eq!(name.len(), 62, "cut at 63, then the trailing '-' dropped: {name}");
+        assert_eq!(name, format!("weft-wait-for-{}", "a".repeat(48)));
+        assert_eq!(wait_container_name(&"x".repeat(59)).len(), 63);
+    }
+
+    #[test]
     fn wait_container_runs_weft_wait_for_with_the_timeout_first() {
-        let c = wait_container(&Wait { task: "worker".into(), targets: vec!["a:1".into()], timeout_secs: 30, image: "img".into() });
+        let c = wait_container(&Wait {
+            task: "worker".into(),
+            targets: vec!["a:1".into()],
+            timeout_secs: 30,
+            image: "img".into(),
+        });
         assert_eq!(c.name, "weft-wait-for-worker");
         assert_eq!(c.command, Some(vec!["weft".to_owned(), "wait-for".to_owned()]));
         assert_eq!(c.args, Some(vec!["--timeout=30".to_owned(), "a:1".to_owned()]));

@@ -123,8 +123,7 @@ pub fn volcano_pod(job: &Job, task: &TaskSpec, index: usize) -> Pod {
         spec.scheduler_name = job.spec.scheduler_name.clone();
     }
     if spec.priority_class_name.as_deref().is_none_or(str::is_empty) {
-        spec.priority_class_name =
-            job.spec.extra.get("priorityClassName").and_then(|v| v.as_str()).map(str::to_owned);
+        spec.priority_class_name = job.spec.extra.get("priorityClassName").and_then(|v| v.as_str()).map(str::to_owned);
     }
     Pod { metadata: meta, spec: Some(spec), status: None }
 }

@@ -82,7 +82,9 @@ impl JobPlugins {
             }
             let input = BuildInput { job, args, flavor: Flavor::Weft, options };
             match (info.build)(input) {
-                Ok(plugin) => out.runs.push(PluginRun { name: info.name, flavor: Flavor::Weft, args: args.to_vec(), plugin }),
+                Ok(plugin) => {
+                    out.runs.push(PluginRun { name: info.name, flavor: Flavor::Weft, args: args.to_vec(), plugin })
+                }
                 Err(e) => errors.push(e),
             }
         }

@@ -232,7 +232,9 @@ pub enum PluginError {
         tasks: String,
     },
     /// A flag names a container the task's template does not have.
-    #[error("plugin {plugin}: flag -{flag} names container {container:?}, which task {task:?} does not have (its containers: {containers})")]
+    #[error(
+        "plugin {plugin}: flag -{flag} names container {container:?}, which task {task:?} does not have (its containers: {containers})"
+    )]
     MissingContainer {
         /// The plugin.
         plugin: &'static str,
@@ -264,7 +266,9 @@ pub enum PluginError {
         known: String,
     },
     /// The [`crate::PLUGINS_ANNOTATION`] is not a plugin map.
-    #[error("annotation weft.io/job-plugins: {message}; expected a JSON object from plugin name to a list of argument strings, e.g. {{\"pytorch\": [\"--master=master\"], \"svc\": []}}")]
+    #[error(
+        "annotation weft.io/job-plugins: {message}; expected a JSON object from plugin name to a list of argument strings, e.g. {{\"pytorch\": [\"--master=master\"], \"svc\": []}}"
+    )]
     BadAnnotation {
         /// The parse error.
         message: String,

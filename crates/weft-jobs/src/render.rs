@@ -172,10 +172,18 @@ impl PodChanges {
         let names = |v: &[String], w: &[String]| w.iter().filter(|x| !v.contains(x)).cloned().collect::<Vec<_>>();
         let env_names = |c: &Container| c.env.iter().flatten().map(|e| e.name.clone()).collect::<Vec<_>>();
         let ports = |c: &Container| {
-            c.ports.iter().flatten().map(|p| format!("{}/{}", p.name.as_deref().unwrap_or(""), p.container_port)).collect::<Vec<_>>()
+            c.ports
+                .iter()
+                .flatten()
+                .map(|p| format!("{}/{}", p.name.as_deref().unwrap_or(""), p.container_port))
+                .collect::<Vec<_>>()
         };
-        let inits = |s: &k8s_openapi::api::core::v1::PodSpec| s.init_containers.iter().flatten().map(|c| c.name.clone()).collect::<Vec<_>>();
-        let volumes = |s: &k8s_openapi::api::core::v1::PodSpec| s.volumes.iter().flatten().map(|v| v.name.clone()).collect::<Vec<_>>();
+        let inits = |s: &k8s_openapi::api::core::v1::PodSpec| {
+            s.init_containers.iter().flatten().map(|c| c.name.clone()).collect::<Vec<_>>()
+        };
+        let volumes = |s: &k8s_openapi::api::core::v1::PodSpec| {
+            s.volumes.iter().flatten().map(|v| v.name.clone()).collect::<Vec<_>>()
+        };
         let annotations = |p: &Pod| p.metadata.annotations.iter().flatten().map(|(k, _)| k.clone()).collect::<Vec<_>>();
         let commands = a
             .containers

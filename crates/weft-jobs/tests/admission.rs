@@ -30,9 +30,13 @@ fn task(name: &str, replicas: i64) -> Value {
 
 #[test]
 fn volcano_defaults_fill_queue_scheduler_retries_tasks_and_min_available() {
-    let j = job(json!({"tasks": [task("ps", 1), {"replicas": 2, "template": {"spec": {"hostNetwork": true, "containers": []}}}]}), None);
+    let j = job(
+        json!({"tasks": [task("ps", 1), {"replicas": 2, "template": {"spec": {"hostNetwork": true, "containers": []}}}]}),
+        None,
+    );
     let ops = mutate_job(&j, &AdmissionOptions::default()).expect("mutates");
-    let paths: Vec<String> = ops.iter().map(|o| serde_json::to_value(o).expect("op")["path"].as_str().unwrap_or("").to_owned()).collect();
+    let paths: Vec<String> =
+        ops.iter().map(|o| serde_json::to_value(o).expect("op")["path"].as_str().unwrap_or("").to_owned()).collect();
     // Volcano's order: queue, schedulerName, maxRetry, tasks, minAvailable (no plugins: spec.plugins is nil).
     assert_eq!(paths, ["/spec/queue", "/spec/schedulerName", "/spec/maxRetry", "/spec/tasks", "/spec/minAvailable"]);
     let out = apply(&j, &ops);
@@ -75,14 +79,20 @@ fn volcano_plugin_dependencies_go_into_spec_plugins() {
 
 #[test]
 fn weft_plugin_dependencies_go_into_the_annotation_unless_volcano_has_them() {
-    let j = job(json!({"tasks": [task("scheduler", 1), task("server", 1), task("worker", 2)]}), Some(r#"{"mxnet":[]}"#));
+    let j =
+        job(json!({"tasks": [task("scheduler", 1), task("server", 1), task("worker", 2)]}), Some(r#"{"mxnet":[]}"#));
     let out = apply(&j, &mutate_job(&j, &AdmissionOptions::default()).expect("mutates"));
-    let ann: Value = serde_json::from_str(out["metadata"]["annotations"][PLUGINS_ANNOTATION].as_str().expect("string")).expect("json");
+    let ann: Value = serde_json::from_str(out["metadata"]["annotations"][PLUGINS_ANNOTATION].as_str().expect("string"))
+        .expect("json");
     assert_eq!(ann, json!({"mxnet": [], "svc": []}));
 
-    let j = job(json!({"tasks": [task("master", 1), task("worker", 2)], "plugins": {"svc": []}}), Some(r#"{"mpi":["--slots=4"]}"#));
+    let j = job(
+        json!({"tasks": [task("master", 1), task("worker", 2)], "plugins": {"svc": []}}),
+        Some(r#"{"mpi":["--slots=4"]}"#),
+    );
     let out = apply(&j, &mutate_job(&j, &AdmissionOptions::default()).expect("mutates"));
-    let ann: Value = serde_json::from_str(out["metadata"]["annotations"][PLUGINS_ANNOTATION].as_str().expect("string")).expect("json");
+    let ann: Value = serde_json::from_str(out["metadata"]["annotations"][PLUGINS_ANNOTATION].as_str().expect("string"))
+        .expect("json");
     assert_eq!(ann, json!({"mpi": ["--slots=4"], "ssh": []}), "svc comes from spec.plugins; ssh is added");
 
     // Nothing to add: the annotation is not rewritten.
@@ -104,7 +114,10 @@ fn validation_rejects_unknown_and_doubly_listed_plugins_naming_them() {
     assert!(!v.allowed());
     assert!(v.message().contains("unknown plugin \"horovod\"") && v.message().contains("mxnet"), "{}", v.message());
 
-    let both = job(json!({"tasks": [task("master", 1), task("worker", 1)], "plugins": {"pytorch": [], "svc": []}}), Some(r#"{"pytorch":[],"svc":[]}"#));
+    let both = job(
+        json!({"tasks": [task("master", 1), task("worker", 1)], "plugins": {"pytorch": [], "svc": []}}),
+        Some(r#"{"pytorch":[],"svc":[]}"#),
+    );
     let v = validate_job(&typed(&both), None, &opts);
     assert!(v.message().contains("plugin pytorch: listed in both spec.plugins"), "{}", v.message());
     assert!(!v.message().contains("plugin svc"), "svc with equal args is left to Volcano: {}", v.message());
@@ -113,7 +126,8 @@ fn validation_rejects_unknown_and_doubly_listed_plugins_naming_them() {
     assert!(v.allowed(), "{}", v.message());
     assert!(v.warnings.iter().any(|w| w.contains("svc") && w.contains("Volcano runs it")), "{:?}", v.warnings);
 
-    let svc_differs = job(json!({"tasks": [task("w", 2)], "plugins": {"svc": []}}), Some(r#"{"svc":["--disable-network-policy"]}"#));
+    let svc_differs =
+        job(json!({"tasks": [task("w", 2)], "plugins": {"svc": []}}), Some(r#"{"svc":["--disable-network-policy"]}"#));
     assert!(validate_job(&typed(&svc_differs), None, &opts).message().contains("plugin svc: listed in both"));
 }
 
@@ -122,7 +136,11 @@ fn validation_requires_dependencies_and_a_parsable_annotation() {
     let opts = AdmissionOptions::default();
     let j = job(json!({"tasks": [task("master", 1), task("worker", 2)]}), Some(r#"{"mpi":[]}"#));
     let v = validate_job(&typed(&j), None, &opts);
-    assert!(v.message().contains("plugin mpi needs plugin svc") && v.message().contains("plugin mpi needs plugin ssh"), "{}", v.message());
+    assert!(
+        v.message().contains("plugin mpi needs plugin svc") && v.message().contains("plugin mpi needs plugin ssh"),
+        "{}",
+        v.message()
+    );
     let fixed = apply(&j, &mutate_job(&j, &opts).expect("mutates"));
     assert!(
         !validate_job(&typed(&fixed), None, &opts).message().contains("needs plugin"),
@@ -161,7 +179,11 @@ fn spec_plugin_problems_volcano_only_logs_come_back_as_warnings() {
     let j = job(json!({"tasks": [task("w", 2)], "plugins": {"mxnet": [], "gang": []}}), None);
     let v = validate_job(&typed(&j), None, &AdmissionOptions::default());
     assert!(v.allowed(), "spec.plugins is Volcano's to reject");
-    assert!(v.warnings.iter().any(|w| w.contains("\"mxnet\"") && w.contains("weft.io/job-plugins")), "{:?}", v.warnings);
+    assert!(
+        v.warnings.iter().any(|w| w.contains("\"mxnet\"") && w.contains("weft.io/job-plugins")),
+        "{:?}",
+        v.warnings
+    );
     assert!(v.warnings.iter().any(|w| w.contains("\"gang\"")), "{:?}", v.warnings);
 }
 
@@ -186,7 +208,15 @@ fn pod_patch_adds_weft_plugin_env_and_leaves_unknown_fields_alone() {
 #[test]
 fn owning_job_needs_a_controller_reference_to_a_volcano_job() {
     let with = |r: Value| json!({"metadata": {"ownerReferences": [r]}});
-    assert_eq!(owning_job(&with(json!({"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u", "controller": true}))), None);
-    assert_eq!(owning_job(&with(json!({"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": "j", "uid": "u"}))), None);
+    assert_eq!(
+        owning_job(&with(
+            json!({"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u", "controller": true})
+        )),
+        None
+    );
+    assert_eq!(
+        owning_job(&with(json!({"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": "j", "uid": "u"}))),
+        None
+    );
     assert_eq!(owning_job(&json!({"metadata": {}})), None);
 }

@@ -200,7 +200,7 @@ fn tf_template_hostname_quirk() {
     );
     assert_eq!(p.warnings().len(), 1);
     assert!(
-        p.warnings()[0].starts_with("tensorflow: task \"worker\" (worker) fixes its template hostname"),
+        p.warnings()[0].starts_with("plugin tensorflow: task \"worker\" (worker) fixes its template hostname"),
         "{:?}",
         p.warnings()
     );
@@ -227,7 +227,7 @@ fn tf_task_without_role_is_left_out_but_typed_by_its_name() {
     assert_eq!(
         p.warnings(),
         vec![
-            "tensorflow: task \"tensorboard\" matches no role flag; Volcano leaves it out of the cluster and gives its pods task type \"tensorboard\""
+            "plugin tensorflow: task \"tensorboard\" matches no role flag; Volcano leaves it out of the cluster and gives its pods task type \"tensorboard\""
                 .to_owned()
         ]
     );
@@ -284,8 +284,8 @@ fn tf_volcano_flavor_warns_where_volcano_is_silent() {
     assert_eq!(
         p.warnings(),
         vec![
-            "tensorflow: unknown flag -bogus (accepted: -ps, -worker, -chief, -evaluator, -port); Volcano only logs this: flags before it apply, it and the rest keep their defaults".to_owned(),
-            "tensorflow: -ps names task \"params\", which the job does not have (its tasks: worker, chief); Volcano leaves the ps role out of TF_CONFIG".to_owned(),
+            "plugin tensorflow: unknown flag -bogus (accepted: -ps, -worker, -chief, -evaluator, -port); Volcano only logs this and goes on: flags before it keep their values, the rest their defaults".to_owned(),
+            "plugin tensorflow: -ps names task \"params\", which the job does not have (its tasks: worker, chief); Volcano leaves the ps role out of TF_CONFIG".to_owned(),
         ]
     );
     let pod = mutated(p.as_ref(), &j, "chief", 0);
@@ -586,7 +586,7 @@ fn ssh_user_keys_and_strict_rejections() {
     // Volcano: the port falls back to 22, a lone private key is stored with an empty public key.
     let p = volcano(ssh::build, &j, &["--ssh-port=-1", "--ssh-private-key=PRIV"]);
     assert_eq!(p.warnings().len(), 2, "{:?}", p.warnings());
-    assert_eq!(p.warnings()[0], "ssh: invalid ssh port -1; Volcano falls back to port 22");
+    assert_eq!(p.warnings()[0], "plugin ssh: invalid ssh port -1; Volcano falls back to port 22");
     let objects = p.job_objects(&ctx).expect("objects");
     let s = secret(&objects);
     assert!(secret_text(s, "config").ends_with("  Port 22\n"));

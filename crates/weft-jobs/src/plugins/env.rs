@@ -36,7 +36,7 @@ pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
         }
         Flavor::Volcano => {
             if !input.args.is_empty() {
-                warnings.push(format!("{NAME}: takes no arguments; Volcano ignores {:?}", input.args));
+                warnings.push(format!("plugin {NAME}: takes no arguments; Volcano ignores {:?}", input.args));
             }
         }
     }
@@ -85,7 +85,7 @@ mod tests {
         let e = build(BuildInput { job: &job, args: &args, flavor: Flavor::Weft, options: &opts }).expect_err("strict");
         assert_eq!(e.to_string(), r#"plugin env: takes no arguments, got ["--x=1"]"#);
         let p = build(BuildInput { job: &job, args: &args, flavor: Flavor::Volcano, options: &opts }).expect("lenient");
-        assert_eq!(p.warnings(), vec![r#"env: takes no arguments; Volcano ignores ["--x=1"]"#.to_owned()]);
+        assert_eq!(p.warnings(), vec![r#"plugin env: takes no arguments; Volcano ignores ["--x=1"]"#.to_owned()]);
     }
 
     #[test]

@@ -13,7 +13,7 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::flags::{self, FlagDef, Flags, Mode};
+use crate::flags::FlagDef;
 use crate::naming;
 use crate::plugin::{BuildInput, Flavor, JobPlugin, PluginError};
 
@@ -31,7 +31,7 @@ pub const FLAGS: &[FlagDef] = &[FlagDef::string("master", "master"), FlagDef::st
 
 /// Builds the plugin for one job.
 pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
-    let (flags, mut warnings) = parse_args(&input)?;
+    let (flags, mut warnings) = super::common::parse_args(NAME, FLAGS, FLAGS, &input)?;
     let strict = input.flavor == Flavor::Weft;
     let job = input.job;
     let master = flags.string("master").to_owned();
@@ -43,7 +43,7 @@ pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
             return Err(PluginError::missing_task(NAME, "master", &master, job));
         }
         warnings.push(format!(
-            "{NAME}: -master names task {master:?}, which the job does not have (its tasks: {}); Volcano counts 0 \
+            "plugin {NAME}: -master names task {master:?}, which the job does not have (its tasks: {}); Volcano counts 0 \
              master replicas, so worker ranks start at 0",
             task_list()
         ));
@@ -53,7 +53,7 @@ pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
             return Err(PluginError::missing_task(NAME, "worker", &worker, job));
         }
         warnings.push(format!(
-            "{NAME}: -worker names task {worker:?}, which the job does not have (its tasks: {}); Volcano ranks no \
+            "plugin {NAME}: -worker names task {worker:?}, which the job does not have (its tasks: {}); Volcano ranks no \
              worker pods",
             task_list()
         ));
@@ -63,29 +63,12 @@ pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
         if strict {
             return Err(PluginError::Invalid { plugin: NAME, message: format!("{what}; name two different tasks") });
         }
-        warnings.push(format!("{NAME}: {what}; Volcano ranks its pods as masters"));
+        warnings.push(format!("plugin {NAME}: {what}; Volcano ranks its pods as masters"));
     }
 
     // Volcano's GetTaskReplicasUnderJob: the first task of that name, 0 when there is none.
     let master_replicas = job.task(&master).map_or(0, |t| i64::from(t.replicas));
     Ok(Box::new(HcclRank { master, worker, master_replicas, warnings }))
-}
-
-/// Parses the arguments: strictly for weft, leniently (the error becomes a warning) for Volcano.
-fn parse_args(input: &BuildInput<'_>) -> Result<(Flags, Vec<String>), PluginError> {
-    let mode = match input.flavor {
-        Flavor::Weft => Mode::Strict,
-        Flavor::Volcano => Mode::Lenient,
-    };
-    let (flags, warning) =
-        flags::parse(FLAGS, input.args, mode).map_err(|source| PluginError::Args { plugin: NAME, source })?;
-    let warnings = warning
-        .map(|e| {
-            format!("{NAME}: {e}; Volcano only logs this: flags before it apply, it and the rest keep their defaults")
-        })
-        .into_iter()
-        .collect();
-    Ok((flags, warnings))
 }
 
 #[derive(Debug)]
@@ -158,6 +141,7 @@ impl JobPlugin for HcclRank {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::flags::{self, Mode};
 
     #[test]
     fn defaults_parse() {

@@ -7,6 +7,7 @@
 
 use crate::plugin::{BuildInput, JobPlugin, PluginError};
 
+mod common;
 pub mod env;
 pub mod hcclrank;
 pub mod mpi;

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{KeyToPath, Pod, Secret, SecretVolumeSource, Volume, VolumeMount};
 
-use crate::flags::{self, FlagDef, FlagError, Flags, Mode};
+use crate::flags::{FlagDef, FlagError};
 use crate::job::Job;
 use crate::naming;
 use crate::plugin::{
@@ -111,7 +111,7 @@ pub fn ssh_config(job: &Job, port: i64) -> String {
 
 /// Builds the plugin for one job.
 pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
-    let (flags, mut warnings) = parse_args(&input)?;
+    let (flags, mut warnings) = super::common::parse_args(NAME, FLAGS, FLAGS, &input)?;
     let strict = input.flavor == Flavor::Weft;
     let args_error = |source| PluginError::Args { plugin: NAME, source };
 
@@ -124,7 +124,7 @@ pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
                 expected: "a port from 1 to 65535",
             }));
         }
-        warnings.push(format!("{NAME}: invalid ssh port {port}; Volcano falls back to port 22"));
+        warnings.push(format!("plugin {NAME}: invalid ssh port {port}; Volcano falls back to port 22"));
         port = 22;
     }
 
@@ -138,7 +138,7 @@ pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
             }));
         }
         warnings.push(format!(
-            "{NAME}: -ssh-key-file-path {key_path:?} is not an absolute path; the API server rejects every pod \
+            "plugin {NAME}: -ssh-key-file-path {key_path:?} is not an absolute path; the API server rejects every pod \
              Volcano creates with it as a mountPath"
         ));
     }
@@ -157,7 +157,7 @@ pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
                 });
             }
             warnings.push(format!(
-                "{NAME}: -ssh-private-key is given without -ssh-public-key; Volcano stores an empty id_rsa.pub and \
+                "plugin {NAME}: -ssh-private-key is given without -ssh-public-key; Volcano stores an empty id_rsa.pub and \
                  authorized_keys, so no pod accepts the key"
             ));
             Some(SshKeyPair { private_key: private.to_owned(), public_key: String::new() })
@@ -172,7 +172,7 @@ pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
                 });
             }
             warnings.push(format!(
-                "{NAME}: -ssh-public-key is given without -ssh-private-key; Volcano ignores it and generates a key pair"
+                "plugin {NAME}: -ssh-public-key is given without -ssh-private-key; Volcano ignores it and generates a key pair"
             ));
             None
         }
@@ -211,23 +211,6 @@ pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
         mount,
         warnings,
     }))
-}
-
-/// Parses the arguments: strictly for weft, leniently (the error becomes a warning) for Volcano.
-fn parse_args(input: &BuildInput<'_>) -> Result<(Flags, Vec<String>), PluginError> {
-    let mode = match input.flavor {
-        Flavor::Weft => Mode::Strict,
-        Flavor::Volcano => Mode::Lenient,
-    };
-    let (flags, warning) =
-        flags::parse(FLAGS, input.args, mode).map_err(|source| PluginError::Args { plugin: NAME, source })?;
-    let warnings = warning
-        .map(|e| {
-            format!("{NAME}: {e}; Volcano only logs this: flags before it apply, it and the rest keep their defaults")
-        })
-        .into_iter()
-        .collect();
-    Ok((flags, warnings))
 }
 
 #[derive(Debug)]
@@ -289,8 +272,10 @@ mod tests {
     use rsa::pkcs1::DecodeRsaPrivateKey;
 
     use super::*;
+    use crate::flags::{self, Mode};
     use crate::job::{JobSpec, TaskSpec};
     use crate::plugin::BuildOptions;
+    use crate::plugin::Flavor;
 
     fn built(args: &[&str], flavor: Flavor) -> Result<Box<dyn JobPlugin>, PluginError> {
         let job = Job::new(
@@ -367,7 +352,7 @@ mod tests {
             assert!(e.contains(needle), "{args:?}: {e}");
             let p = built(args, Flavor::Volcano).expect("Volcano tolerates");
             assert_eq!(p.warnings().len(), 1, "{args:?}: {:?}", p.warnings());
-            assert!(p.warnings()[0].starts_with("ssh: "), "{:?}", p.warnings());
+            assert!(p.warnings()[0].starts_with("plugin ssh: "), "{:?}", p.warnings());
         }
     }
 }

@@ -22,10 +22,10 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicySpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
-use crate::flags::{self, FlagDef, Flags, Mode};
+use crate::flags::FlagDef;
 use crate::job::Job;
 use crate::naming;
-use crate::plugin::{self, BuildInput, Flavor, JobObject, JobPlugin, ObjectContext, PluginError};
+use crate::plugin::{self, BuildInput, JobObject, JobPlugin, ObjectContext, PluginError};
 
 /// The plugin's name.
 pub const NAME: &str = "svc";
@@ -83,7 +83,7 @@ pub fn hosts_data(job: &Job) -> BTreeMap<String, String> {
 
 /// Builds the plugin for one job.
 pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
-    let (flags, warnings) = parse_args(&input)?;
+    let (flags, warnings) = super::common::parse_args(NAME, FLAGS, FLAGS, &input)?;
     let job = input.job;
     let job_name = job.job_name().to_owned();
     let cm_name = config_map_name(&job_name);
@@ -127,23 +127,6 @@ pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
         mount,
         warnings,
     }))
-}
-
-/// Parses the arguments: strictly for weft, leniently (the error becomes a warning) for Volcano.
-fn parse_args(input: &BuildInput<'_>) -> Result<(Flags, Vec<String>), PluginError> {
-    let mode = match input.flavor {
-        Flavor::Weft => Mode::Strict,
-        Flavor::Volcano => Mode::Lenient,
-    };
-    let (flags, warning) =
-        flags::parse(FLAGS, input.args, mode).map_err(|source| PluginError::Args { plugin: NAME, source })?;
-    let warnings = warning
-        .map(|e| {
-            format!("{NAME}: {e}; Volcano only logs this: flags before it apply, it and the rest keep their defaults")
-        })
-        .into_iter()
-        .collect();
-    Ok((flags, warnings))
 }
 
 #[derive(Debug)]
@@ -245,7 +228,9 @@ mod tests {
     use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 
     use super::*;
+    use crate::flags::{self, Mode};
     use crate::job::{JobSpec, TaskSpec};
+    use crate::plugin::Flavor;
     use crate::plugin::{BuildOptions, SshKeyPair};
 
     fn task(name: &str, replicas: i32) -> TaskSpec {
@@ -328,7 +313,7 @@ mod tests {
             .expect("lenient builds");
         let w = p.warnings();
         assert_eq!(w.len(), 1);
-        assert!(w[0].starts_with("svc: unknown flag -nope"), "{w:?}");
+        assert!(w[0].starts_with("plugin svc: unknown flag -nope"), "{w:?}");
         let mut pod = naming::volcano_pod(&j, &j.spec.tasks[0], 0);
         p.on_pod_create(&mut pod).expect("mutates");
         assert_eq!(pod.spec.expect("spec").containers[0].env, None, "inject-hosts-env=false applied");

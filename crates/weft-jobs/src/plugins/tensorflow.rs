@@ -22,7 +22,7 @@ use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::{EnvVar, Pod};
 
-use crate::flags::{self, FlagDef, FlagError, Flags, Mode};
+use crate::flags::{FlagDef, FlagError};
 use crate::naming;
 use crate::plugin::{BuildInput, Flavor, JobPlugin, PluginError};
 
@@ -48,7 +48,7 @@ const TYPE_ORDER: [&str; 4] = ["chief", "worker", "ps", "evaluator"];
 
 /// Builds the plugin for one job.
 pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
-    let (flags, mut warnings) = parse_args(&input)?;
+    let (flags, mut warnings) = super::common::parse_args(NAME, FLAGS, FLAGS, &input)?;
     let strict = input.flavor == Flavor::Weft;
     let job = input.job;
     let job_name = job.job_name();
@@ -68,7 +68,8 @@ pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
                 },
             });
         }
-        warnings.push(format!("{NAME}: -port {port} is not a TCP port; Volcano writes it into TF_CONFIG anyway"));
+        warnings
+            .push(format!("plugin {NAME}: -port {port} is not a TCP port; Volcano writes it into TF_CONFIG anyway"));
     }
 
     // Role flag → the task it names.
@@ -81,7 +82,7 @@ pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
                 return Err(PluginError::missing_task(NAME, role, name, job));
             }
             warnings.push(format!(
-                "{NAME}: -{role} names task {name:?}, which the job does not have (its tasks: {}); Volcano leaves the \
+                "plugin {NAME}: -{role} names task {name:?}, which the job does not have (its tasks: {}); Volcano leaves the \
                  {role} role out of TF_CONFIG",
                 task_list()
             ));
@@ -101,7 +102,7 @@ pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
                     });
                 }
                 warnings.push(format!(
-                    "{NAME}: {what}; Volcano lists it as {cluster_role} in the cluster but gives its pods task type \
+                    "plugin {NAME}: {what}; Volcano lists it as {cluster_role} in the cluster but gives its pods task type \
                      {type_role}"
                 ));
             }
@@ -118,7 +119,7 @@ pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
                     message: format!("{what}; name the job's tasks with the role flags, e.g. --worker=<task>"),
                 });
             }
-            warnings.push(format!("{NAME}: {what}; Volcano gives every pod an empty cluster"));
+            warnings.push(format!("plugin {NAME}: {what}; Volcano gives every pod an empty cluster"));
         }
         for t in tasks {
             let role = CLUSTER_ORDER.iter().find(|r| role_task(r) == t.name);
@@ -136,11 +137,11 @@ pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
                             message: format!("{what}; remove the hostname or use one replica"),
                         });
                     }
-                    warnings.push(format!("{NAME}: {what}; Volcano lists that address {} times", t.replicas));
+                    warnings.push(format!("plugin {NAME}: {what}; Volcano lists that address {} times", t.replicas));
                 }
                 Some(_) => {}
                 None if !strict && matched => warnings.push(format!(
-                    "{NAME}: task {:?} matches no role flag; Volcano leaves it out of the cluster and gives its pods \
+                    "plugin {NAME}: task {:?} matches no role flag; Volcano leaves it out of the cluster and gives its pods \
                      task type {:?}",
                     t.name, t.name
                 )),
@@ -183,23 +184,6 @@ pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
     }
 
     Ok(Box::new(Tensorflow { skip: single, prefix, roles, warnings }))
-}
-
-/// Parses the arguments: strictly for weft, leniently (the error becomes a warning) for Volcano.
-fn parse_args(input: &BuildInput<'_>) -> Result<(Flags, Vec<String>), PluginError> {
-    let mode = match input.flavor {
-        Flavor::Weft => Mode::Strict,
-        Flavor::Volcano => Mode::Lenient,
-    };
-    let (flags, warning) =
-        flags::parse(FLAGS, input.args, mode).map_err(|source| PluginError::Args { plugin: NAME, source })?;
-    let warnings = warning
-        .map(|e| {
-            format!("{NAME}: {e}; Volcano only logs this: flags before it apply, it and the rest keep their defaults")
-        })
-        .into_iter()
-        .collect();
-    Ok((flags, warnings))
 }
 
 /// Appends `s` as a JSON string exactly as Go's `encoding/json` writes it (HTML-safe: `<`, `>`,
@@ -287,6 +271,7 @@ impl JobPlugin for Tensorflow {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::flags::{self, Mode};
 
     #[test]
     fn defaults_parse() {
