@@ -72,7 +72,10 @@ fn run_render(a: &RenderArgs) -> anyhow::Result<()> {
         })
         .collect();
     if jobs.is_empty() {
-        bail!("{where_}: no Volcano Job (apiVersion batch.volcano.sh/v1alpha1, kind Job) among {} document(s)", docs.len());
+        bail!(
+            "{where_}: no Volcano Job (apiVersion batch.volcano.sh/v1alpha1, kind Job) among {} document(s)",
+            docs.len()
+        );
     }
     let opts = AdmissionOptions {
         scheduler_name: a.scheduler_name.clone(),
@@ -89,7 +92,11 @@ fn run_render(a: &RenderArgs) -> anyhow::Result<()> {
         rendered.push(r);
     }
     match a.output {
-        RenderOutput::Json => print_json(&if rendered.len() == 1 { serde_json::to_value(&rendered[0])? } else { serde_json::to_value(&rendered)? }),
+        RenderOutput::Json => print_json(&if rendered.len() == 1 {
+            serde_json::to_value(&rendered[0])?
+        } else {
+            serde_json::to_value(&rendered)?
+        }),
         RenderOutput::Yaml => {
             for r in &rendered {
                 print!("{}", to_yaml_documents(r)?);
@@ -152,7 +159,9 @@ fn print_table(r: &Rendered) {
         let mut objects = table(&["CREATED BY", "KIND", "NAME", "HOLDS"]);
         for o in &r.objects {
             let v = &o.object;
-            let keys = |field: &str| v.get(field).and_then(Value::as_object).map(|m| m.keys().cloned().collect::<Vec<_>>().join(" "));
+            let keys = |field: &str| {
+                v.get(field).and_then(Value::as_object).map(|m| m.keys().cloned().collect::<Vec<_>>().join(" "))
+            };
             let holds = keys("data")
                 .or_else(|| {
                     v.pointer("/spec/ports").and_then(Value::as_array).map(|ps| {

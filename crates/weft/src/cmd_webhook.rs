@@ -1,11 +1,84 @@
-//! `weft webhook`: admission for Volcano Jobs and their pods (being written).
+//! `weft webhook`: admission for Volcano Jobs and their pods (see `docs/webhook.md`).
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
 use clap::Args;
+use weft_jobs::admission::AdmissionOptions;
+use weft_jobs::plugin::{BuildOptions, DEFAULT_WAIT_IMAGE};
+use weft_k8s::ops::{self, Ops};
+use weft_k8s::webhook::{self, KubeJobSource, TlsFiles, WebhookState};
+
+use crate::kube_args::{KubeArgs, OpsArgs};
 
 #[derive(Args, Debug)]
-pub struct WebhookArgs {}
+pub struct WebhookArgs {
+    /// Address of the HTTPS admission endpoint (/jobs/mutate, /jobs/validate, /pods/mutate).
+    #[arg(long, default_value = "0.0.0.0:8443", value_name = "ADDR")]
+    listen: SocketAddr,
+    /// Serving certificate chain, PEM (leaf first). Reloaded when the file changes.
+    #[arg(long, value_name = "FILE")]
+    tls_cert_file: PathBuf,
+    /// Private key of the serving certificate, PEM (PKCS#8, PKCS#1 or SEC1). Reloaded with it.
+    #[arg(long, value_name = "FILE")]
+    tls_key_file: PathBuf,
+    /// Scheduler name a Volcano Job without one gets (Volcano's webhook: its first scheduler).
+    #[arg(long, default_value = "volcano")]
+    scheduler_name: String,
+    /// Image of the launch-order init containers weft's plugins add (it runs `weft wait-for`).
+    #[arg(long, env = "WEFT_WAIT_IMAGE", default_value = DEFAULT_WAIT_IMAGE, value_name = "IMAGE")]
+    wait_image: String,
+    /// How often the certificate files are checked for changes, seconds.
+    #[arg(long, default_value_t = 10, value_name = "SECONDS")]
+    tls_reload_interval: u64,
+    #[command(flatten)]
+    kube: KubeArgs,
+    #[command(flatten)]
+    ops: OpsArgs,
+}
 
 pub fn run(a: WebhookArgs) -> anyhow::Result<()> {
-    let _ = a;
-    anyhow::bail!("weft webhook is being written")
+    if a.tls_reload_interval == 0 {
+        anyhow::bail!("--tls-reload-interval must be at least 1 second");
+    }
+    // Everything TLS in this process uses ring (kube's client does too); axum-server is built
+    // without a provider of its own.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let opts = AdmissionOptions {
+        scheduler_name: a.scheduler_name.clone(),
+        build: BuildOptions { wait_image: a.wait_image.clone() },
+    };
+    let tls = Arc::new(TlsFiles::load(&a.tls_cert_file, &a.tls_key_file).context("loading the serving certificate")?);
+    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    rt.block_on(async move {
+        let shutdown = ops::shutdown_on_signals();
+        let client = a.kube.client().await?;
+        let jobs = Arc::new(KubeJobSource::spawn(client));
+        let state = Arc::new(WebhookState::new(jobs, opts));
+        let mut registry = ops::registry();
+        state.register_metrics(&mut registry);
+        tls.register_metrics(&mut registry);
+        let ops = Ops::new(registry);
+        state.add_readiness_check(&ops);
+        let ops_task = a.ops.serve(ops, shutdown.clone()).await?;
+        let reloader = tls.spawn_reloader(Duration::from_secs(a.tls_reload_interval), shutdown.clone());
+        let listener =
+            tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("listening on {}", a.listen))?;
+        eprintln!(
+            "weft webhook listening on https://{} (ready once the Volcano Job cache syncs; certificate {})",
+            a.listen,
+            a.tls_cert_file.display()
+        );
+        let stop = shutdown.clone();
+        let served = webhook::serve(listener, state, tls.config(), async move { stop.cancelled().await }).await;
+        shutdown.cancel();
+        served.context("serving the admission webhook")?;
+        reloader.await.context("certificate reload task")?;
+        ops_task.await.context("ops endpoint task")?.context("serving the ops endpoint")?;
+        eprintln!("weft webhook stopped");
+        Ok(())
+    })
 }

@@ -1,1 +1,0 @@
-//! The admission webhook server (being written).
