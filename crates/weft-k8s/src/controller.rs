@@ -223,11 +223,31 @@ pub async fn run<K, R>(
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug + Send + Sync + 'static,
     R: Reconciler<K>,
 {
+    run_with(api, watch_config, scope, reconciler, ctx, settings, shutdown, |c| c).await;
+}
+
+/// [`run`], with `configure` applied to the kube-runtime [`Controller`] before it starts: more
+/// triggers, e.g. the objects a reconciler owns (`owns_stream`), so that deleting or changing one
+/// reconciles its owner.
+#[expect(clippy::too_many_arguments, reason = "run's arguments plus the hook")]
+pub async fn run_with<K, R>(
+    api: Api<K>,
+    watch_config: watcher::Config,
+    scope: Scope<K>,
+    reconciler: Arc<R>,
+    ctx: Context,
+    settings: Settings,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    configure: impl FnOnce(Controller<K>) -> Controller<K>,
+) where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug + Send + Sync + 'static,
+    R: Reconciler<K>,
+{
     let name = settings.name;
     let config = controller::Config::default().concurrency(settings.concurrency).debounce(settings.debounce);
     let shared = Arc::new(Shared { reconciler, ctx, settings, scope, failures: Mutex::new(HashMap::new()) });
     tracing::info!(controller = name, kind = %K::kind(&()), "controller starting");
-    Controller::new(api, watch_config)
+    configure(Controller::new(api, watch_config))
         .with_config(config)
         .graceful_shutdown_on(shutdown)
         .run(reconcile::<K, R>, error_policy::<K, R>, shared)

@@ -5,16 +5,34 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use clap::Args;
+use clap::{Args, ValueEnum};
 use weft_k8s::controller::{Context, ControllerMetrics, Settings};
+use weft_k8s::job_controller::{self, JobControllerConfig};
 use weft_k8s::leader::{self, LeaderConfig};
 use weft_k8s::numanetwork_controller;
 use weft_k8s::ops::{self, Ops};
 
 use crate::kube_args::{KubeArgs, OpsArgs, instance_name};
 
+/// The controllers `weft controller` can run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ControllerKind {
+    /// Validates each NumaNetwork and records the verdict in its status.
+    Numanetwork,
+    /// Creates, updates and deletes the job-level objects (ConfigMaps, Secrets, Services,
+    /// NetworkPolicies) of weft's plugins on Volcano Jobs (annotation `weft.io/job-plugins`).
+    Jobs,
+}
+
 #[derive(Args, Debug)]
 pub struct ControllerArgs {
+    /// Controllers to run, comma-separated. All run under the same leader election.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "numanetwork,jobs")]
+    controllers: Vec<ControllerKind>,
+    /// Seconds between checks for Volcano's Job API while it is not served (the jobs controller
+    /// waits for it).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    volcano_poll: u64,
     /// Run only while holding the leader Lease, so that one replica of several acts at a time.
     #[arg(long)]
     leader_elect: bool,
@@ -69,10 +87,30 @@ pub fn run(a: ControllerArgs) -> anyhow::Result<()> {
         let ops_task = a.ops.serve(ops, shutdown.clone()).await?;
 
         let ctx = Context::new(client.clone(), "weft-controller", instance.clone(), &a.field_manager, metrics);
-        let mut settings = Settings::new(numanetwork_controller::NAME);
-        settings.concurrency = a.concurrency;
+        let settings = |name| Settings { concurrency: a.concurrency, ..Settings::new(name) };
+        let (nn_settings, job_settings) = (settings(numanetwork_controller::NAME), settings(job_controller::NAME));
+        let job_config =
+            JobControllerConfig { api_poll: Duration::from_secs(a.volcano_poll), ..JobControllerConfig::default() };
+        let (run_nn, run_jobs) =
+            (a.controllers.contains(&ControllerKind::Numanetwork), a.controllers.contains(&ControllerKind::Jobs));
+        let names: Vec<_> =
+            a.controllers.iter().filter_map(|c| c.to_possible_value()).map(|v| v.get_name().to_owned()).collect();
+        eprintln!("weft controller: controllers {}", names.join(", "));
         let work = move |stop: tokio_util::sync::CancellationToken| async move {
-            numanetwork_controller::run(ctx, settings, async move { stop.cancelled().await }).await;
+            let nn = async {
+                if run_nn {
+                    let stop = stop.clone();
+                    numanetwork_controller::run(ctx.clone(), nn_settings, async move { stop.cancelled().await }).await;
+                }
+            };
+            let jobs = async {
+                if run_jobs {
+                    let stop = stop.clone();
+                    job_controller::run(ctx.clone(), job_settings, job_config, async move { stop.cancelled().await })
+                        .await;
+                }
+            };
+            tokio::join!(nn, jobs);
         };
         started.store(true, Ordering::Release);
         let result = match &leader_cfg {

@@ -57,9 +57,12 @@ enum Command {
     /// (discovered at start, every --interval, and whenever someone changes the annotation).
     /// Serves /healthz, /readyz and /metrics on --ops-listen.
     Agent(cmd_agent::AgentArgs),
-    /// The cluster controllers (Deployment): today the NumaNetwork controller, which validates each
-    /// NumaNetwork and records the verdict in its status. With --leader-elect only the replica
-    /// holding the Lease acts. Serves /healthz, /readyz and /metrics on --ops-listen.
+    /// The cluster controllers (Deployment): the NumaNetwork controller, which validates each
+    /// NumaNetwork and records the verdict in its status, and the job controller, which keeps the
+    /// job-level objects of weft's plugins on Volcano Jobs (annotation `weft.io/job-plugins`: hosts
+    /// and hostfile ConfigMaps, the ssh Secret, Services, NetworkPolicies) in line with each job
+    /// and deletes them when it ends. --controllers picks which run. With --leader-elect only the
+    /// replica holding the Lease acts. Serves /healthz, /readyz and /metrics on --ops-listen.
     Controller(cmd_controller::ControllerArgs),
     /// Print weft's CustomResourceDefinitions (NumaNetwork), generated from its Rust types, or
     /// write or check a committed copy (`weft crds --check deploy/base/crds/<name>.yaml`).
