@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::harness::{Running, fast_settings, guard};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -20,26 +21,11 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use weft_fakeapi::{FakeApiServer, RequestMatcher, Verb};
-use weft_k8s::controller::{self, Context, ControllerMetrics, Reconciler, Scope, Settings};
+use weft_k8s::controller::{self, Context, ControllerMetrics, Reconciler, Scope};
 use weft_k8s::crd::{DeviceClassReference, DranetClaimParameters, NumaNetwork, NumaNetworkSpec};
 use weft_k8s::leader::{self, LeaderConfig, LeaderError};
 use weft_k8s::numanetwork_controller;
 use weft_k8s::write::{Part, RetryPolicy, update_with_retry};
-
-const HANG_GUARD: Duration = Duration::from_secs(30);
-
-async fn guard<F: Future>(what: &str, f: F) -> F::Output {
-    tokio::time::timeout(HANG_GUARD, f).await.unwrap_or_else(|_| panic!("timed out waiting for {what}"))
-}
-
-fn settings(name: &'static str) -> Settings {
-    Settings {
-        debounce: Duration::ZERO,
-        backoff_base: Duration::from_millis(10),
-        backoff_max: Duration::from_millis(100),
-        ..Settings::new(name)
-    }
-}
 
 fn config_map(name: &str) -> ConfigMap {
     let mut cm = ConfigMap::default();
@@ -48,26 +34,6 @@ fn config_map(name: &str) -> ConfigMap {
     cm.metadata.labels = Some([("managed".to_string(), "yes".to_string())].into_iter().collect());
     cm.data = Some([("k".to_string(), "v".to_string())].into_iter().collect());
     cm
-}
-
-/// A controller under test: its metrics, and a handle that stops it and waits until it returned.
-struct Running {
-    metrics: ControllerMetrics,
-    stop: CancellationToken,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Running {
-    async fn stop(self) {
-        self.stop.cancel();
-        guard("the controller to stop", self.task).await.unwrap();
-    }
-
-    /// Wait until at least `n` reconciles finished in all.
-    async fn reconciled(&self, n: u64) {
-        let mut rx = self.metrics.finished();
-        guard("reconciles", rx.wait_for(|c| *c >= n)).await.unwrap();
-    }
 }
 
 fn start<R: Reconciler<ConfigMap>>(client: Client, reconciler: Arc<R>, name: &'static str) -> Running {
@@ -83,7 +49,7 @@ fn start<R: Reconciler<ConfigMap>>(client: Client, reconciler: Arc<R>, name: &'s
         Scope::namespaced(),
         reconciler,
         ctx,
-        settings(name),
+        fast_settings(name),
         async move { s.cancelled().await },
     ));
     Running { metrics, stop, task }
@@ -269,9 +235,10 @@ fn start_numanetwork(client: Client) -> Running {
     let ctx = Context::new(client, "weft-controller", Some("c-0".into()), "weft-controller", metrics.clone());
     let stop = CancellationToken::new();
     let s = stop.clone();
-    let task = tokio::spawn(numanetwork_controller::run(ctx, settings(numanetwork_controller::NAME), async move {
-        s.cancelled().await
-    }));
+    let task =
+        tokio::spawn(numanetwork_controller::run(ctx, fast_settings(numanetwork_controller::NAME), async move {
+            s.cancelled().await
+        }));
     Running { metrics, stop, task }
 }
 

@@ -11,24 +11,20 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use common::harness::{Running, fast_settings, guard};
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use weft_fakeapi::{FakeApiServer, RecordedRequest, ResourceSpec, Verb};
-use weft_k8s::controller::{Context, ControllerMetrics, Settings};
+use weft_k8s::controller::{Context, ControllerMetrics};
 use weft_k8s::job_controller::{self, JobControllerConfig};
 
-const HANG_GUARD: Duration = Duration::from_secs(60);
 const NS: &str = "ml";
 const JOBS: &str = "jobs.batch.volcano.sh";
 /// Every plugin that makes objects: svc (hosts ConfigMap, Service, NetworkPolicy), ssh (Secret),
 /// mpi (hostfile ConfigMap).
 const ALL: &str = r#"{"svc": [], "ssh": [], "mpi": []}"#;
-
-async fn guard<F: Future>(what: &str, f: F) -> F::Output {
-    tokio::time::timeout(HANG_GUARD, f).await.unwrap_or_else(|_| panic!("timed out waiting for {what}"))
-}
 
 fn volcano_jobs() -> ResourceSpec {
     ResourceSpec::namespaced("batch.volcano.sh", "v1alpha1", "jobs", "Job").with_status()
@@ -64,35 +60,10 @@ fn job(name: &str, workers: i32, plugins: Option<&str>) -> Value {
     })
 }
 
-/// A controller under test: its metrics, and a handle that stops it and waits until it returned.
-struct Running {
-    metrics: ControllerMetrics,
-    stop: CancellationToken,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Running {
-    async fn stop(self) {
-        self.stop.cancel();
-        guard("the controller to stop", self.task).await.unwrap();
-    }
-
-    /// Wait until at least `n` reconciles finished in all.
-    async fn reconciled(&self, n: u64) {
-        let mut rx = self.metrics.finished();
-        guard("reconciles", rx.wait_for(|c| *c >= n)).await.unwrap();
-    }
-}
-
 fn start(client: Client) -> Running {
     let metrics = ControllerMetrics::default();
     let ctx = Context::new(client, "weft-controller", Some("c-0".into()), "weft-controller", metrics.clone());
-    let settings = Settings {
-        debounce: Duration::ZERO,
-        backoff_base: Duration::from_millis(10),
-        backoff_max: Duration::from_millis(100),
-        ..Settings::new(job_controller::NAME)
-    };
+    let settings = fast_settings(job_controller::NAME);
     let config = JobControllerConfig { api_poll: Duration::from_millis(20), ..JobControllerConfig::default() };
     let stop = CancellationToken::new();
     let s = stop.clone();

@@ -2,6 +2,7 @@
 //! kube-scheduler sends them, and a test server on loopback.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod harness;
 pub mod rbac;
 
 use std::sync::Arc;
