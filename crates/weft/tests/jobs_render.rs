@@ -1,0 +1,77 @@
+//! `weft jobs render` as a user runs it: the example jobs, every output form, and the errors.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+fn weft(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_weft")).args(args).output().expect("weft runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn example(name: &str) -> String {
+    format!("{}/../../deploy/examples/jobs/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn json_output_holds_the_job_pods_objects_and_plugins() {
+    let (code, out, err) = weft(&["jobs", "render", &example("mpi.yaml"), "-o", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).expect("JSON on stdout");
+    assert_eq!(v["pods"].as_array().map(Vec::len), Some(3));
+    assert_eq!(v["plugins"][2]["name"], "mpi");
+    assert_eq!(v["plugins"][2]["source"], "weft");
+    let kinds: Vec<&str> =
+        v["objects"].as_array().expect("objects").iter().filter_map(|o| o["object"]["kind"].as_str()).collect();
+    assert_eq!(kinds, ["ConfigMap", "Service", "NetworkPolicy", "Secret", "ConfigMap"]);
+}
+
+#[test]
+fn yaml_output_is_one_document_per_object_with_kinds() {
+    let (code, out, err) = weft(&["jobs", "render", &example("ray.yaml"), "-o", "yaml"]);
+    assert_eq!(code, 0, "{err}");
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&out).expect("YAML documents");
+    let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+    // The job, 3 pods, then svc's ConfigMap/Service/NetworkPolicy and ray's head Service.
+    assert_eq!(kinds, ["Job", "Pod", "Pod", "Pod", "ConfigMap", "Service", "NetworkPolicy", "Service"]);
+    assert_eq!(docs[1]["metadata"]["name"], "ray-cluster-head-0");
+}
+
+#[test]
+fn the_table_names_pods_by_task_range_and_the_objects() {
+    let (code, out, err) = weft(&["jobs", "render", &example("pytorch.yaml")]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("Job ml/llama-ft: 4 pods"), "{out}");
+    assert!(out.contains("llama-ft-worker-{0..2}"), "{out}");
+    assert!(out.contains("weft-wait-for-master"), "{out}");
+    assert!(out.contains("llama-ft-svc"), "{out}");
+}
+
+#[test]
+fn a_job_the_webhook_would_deny_exits_2_with_the_reason() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("bad.yaml");
+    let text = std::fs::read_to_string(example("ray.yaml")).expect("example");
+    std::fs::write(&path, text.replace(r#"'{"ray": []}'"#, r#"'{"ray": ["--headContainer=ray-head"]}'"#))
+        .expect("write");
+    let (code, _, err) = weft(&["jobs", "render", path.to_str().expect("utf-8")]);
+    assert_eq!(code, 2);
+    assert!(err.contains("job ray-cluster") && err.contains("-headContainer") && err.contains("\"ray-head\""), "{err}");
+}
+
+#[test]
+fn a_file_without_a_volcano_job_says_so() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("deploy.yaml");
+    std::fs::write(&path, "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: x\n").expect("write");
+    let (code, _, err) = weft(&["jobs", "render", path.to_str().expect("utf-8")]);
+    assert_eq!(code, 2);
+    assert!(err.contains("no Volcano Job") && err.contains("1 document"), "{err}");
+    let (code, _, err) = weft(&["jobs", "render", "/nonexistent/job.yaml"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("/nonexistent/job.yaml"), "{err}");
+}
