@@ -273,9 +273,13 @@ impl Debug for JobReconciler {
     }
 }
 
-/// FNV-1a, 64 bits: a hash that stays the same across builds and Rust versions.
+/// FNV-1a, 64 bits: a hash that stays the same across builds and Rust versions (unlike std's
+/// `DefaultHasher`), as a hash stored in an annotation must.
 fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3))
+    use std::hash::Hasher as _;
+    let mut h = fnv::FnvHasher::default();
+    h.write(bytes);
+    h.finish()
 }
 
 /// Whether every leaf of `want` is in `have` with the same value. Objects may have more keys in
@@ -672,6 +676,14 @@ mod tests {
         let hash = |v: &Value| v["metadata"]["annotations"][APPLIED_HASH_ANNOTATION].as_str().map(str::to_owned);
         assert_eq!(hash(&a), hash(&prepare(&job, cm("1"))), "same content, same hash");
         assert_ne!(hash(&a), hash(&prepare(&job, cm("2"))));
+    }
+
+    #[test]
+    fn the_applied_hash_is_fnv1a_64() {
+        // Published FNV-1a 64 test vectors: a hash stored in objects must never change.
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a(b"foobar"), 0x8594_4171_f739_67e8);
     }
 
     #[test]
