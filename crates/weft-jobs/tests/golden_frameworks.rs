@@ -460,7 +460,15 @@ fn pytorch_flags_match_volcano() {
             ("wait-master-image", "busybox:1.36.1"),
         ]
     );
-    assert!(pytorch::FLAGS.iter().all(|f| pytorch::WEFT_FLAGS.contains(f)));
+    // weft's flavor parses Volcano's flags followed by its own; its own must not shadow one.
+    for module_flags in [
+        (pytorch::FLAGS, pytorch::WEFT_EXTRA_FLAGS),
+        (mpi::FLAGS, mpi::WEFT_EXTRA_FLAGS),
+        (ray::FLAGS, ray::WEFT_EXTRA_FLAGS),
+    ] {
+        let (volcano, extra) = module_flags;
+        assert!(extra.iter().all(|e| volcano.iter().all(|v| v.name != e.name)), "{extra:?}");
+    }
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -9,16 +9,22 @@ use crate::plugin::{BuildInput, Flavor, PluginError};
 /// The extended resource weft counts as GPUs.
 pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 
-/// Parses a plugin's arguments: `volcano_flags` leniently for [`Flavor::Volcano`] (the error, if
-/// any, comes back as a warning), `weft_flags` strictly for [`Flavor::Weft`].
+/// Parses a plugin's arguments: Volcano's flags leniently for [`Flavor::Volcano`] (the error, if
+/// any, comes back as a warning); Volcano's flags followed by `weft_extra` strictly for
+/// [`Flavor::Weft`].
 pub(crate) fn parse_args(
     plugin: &'static str,
     volcano_flags: &[FlagDef],
-    weft_flags: &[FlagDef],
+    weft_extra: &[FlagDef],
     input: &BuildInput<'_>,
 ) -> Result<(Flags, Vec<String>), PluginError> {
+    let weft_flags: Vec<FlagDef>;
     let (defs, mode) = match input.flavor {
-        Flavor::Weft => (weft_flags, Mode::Strict),
+        Flavor::Weft if !weft_extra.is_empty() => {
+            weft_flags = volcano_flags.iter().chain(weft_extra).cloned().collect();
+            (weft_flags.as_slice(), Mode::Strict)
+        }
+        Flavor::Weft => (volcano_flags, Mode::Strict),
         Flavor::Volcano => (volcano_flags, Mode::Lenient),
     };
     let (flags, warning) =

@@ -31,7 +31,7 @@ pub const FLAGS: &[FlagDef] = &[FlagDef::string("master", "master"), FlagDef::st
 
 /// Builds the plugin for one job.
 pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
-    let (flags, mut warnings) = super::common::parse_args(NAME, FLAGS, FLAGS, &input)?;
+    let (flags, mut warnings) = super::common::parse_args(NAME, FLAGS, &[], &input)?;
     let strict = input.flavor == Flavor::Weft;
     let job = input.job;
     let master = flags.string("master").to_owned();

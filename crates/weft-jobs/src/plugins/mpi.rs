@@ -56,16 +56,9 @@ pub const HOSTFILE_ENV: &str = "OMPI_MCA_orte_default_hostfile";
 pub const FLAGS: &[FlagDef] =
     &[FlagDef::string("master", "master"), FlagDef::string("worker", "worker"), FlagDef::int("port", "22")];
 
-/// weft's flags: Volcano's plus `--slots` (per worker in the hostfile; 0 = from the worker's
-/// GPUs), `--wait` and `--wait-timeout`.
-pub const WEFT_FLAGS: &[FlagDef] = &[
-    FlagDef::string("master", "master"),
-    FlagDef::string("worker", "worker"),
-    FlagDef::int("port", "22"),
-    FlagDef::int("slots", "0"),
-    launch::WAIT_FLAG,
-    launch::WAIT_TIMEOUT_FLAG,
-];
+/// The flags weft's flavor accepts after Volcano's: `--slots` (per worker in the hostfile; 0 =
+/// from the worker's GPUs), `--wait` and `--wait-timeout`.
+pub const WEFT_EXTRA_FLAGS: &[FlagDef] = &[FlagDef::int("slots", "0"), launch::WAIT_FLAG, launch::WAIT_TIMEOUT_FLAG];
 
 /// Name of the hostfile ConfigMap and its volume: `<job>-mpi-hostfile`.
 pub fn hostfile_name(job: &str) -> String {
@@ -91,7 +84,7 @@ fn mpi_hosts(job: &str, worker: &TaskSpec) -> String {
 /// Builds the plugin for one job.
 pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
     let job = input.job;
-    let (flags, mut warnings) = parse_args(NAME, FLAGS, WEFT_FLAGS, &input)?;
+    let (flags, mut warnings) = parse_args(NAME, FLAGS, WEFT_EXTRA_FLAGS, &input)?;
     let master = flags.string("master").to_owned();
     let worker = flags.string("worker").to_owned();
     let port = flags.int("port");

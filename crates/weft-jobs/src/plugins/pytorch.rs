@@ -50,25 +50,17 @@ pub const FLAGS: &[FlagDef] = &[
     FlagDef::string("wait-master-image", DEFAULT_WAIT_MASTER_IMAGE),
 ];
 
-/// weft's flags: Volcano's plus `--nproc-per-node` (an integer, `gpu`, `cpu` or `auto`, as
-/// `torchrun` takes it; empty = from the container's GPUs), `--wait` and `--wait-timeout`.
-pub const WEFT_FLAGS: &[FlagDef] = &[
-    FlagDef::string("master", "master"),
-    FlagDef::string("worker", "worker"),
-    FlagDef::int("port", "23456"),
-    FlagDef::bool("wait-master-enabled", "false"),
-    FlagDef::int("wait-master-timeout", "300"),
-    FlagDef::string("wait-master-image", DEFAULT_WAIT_MASTER_IMAGE),
-    FlagDef::string("nproc-per-node", ""),
-    launch::WAIT_FLAG,
-    launch::WAIT_TIMEOUT_FLAG,
-];
+/// The flags weft's flavor accepts after Volcano's: `--nproc-per-node` (an integer, `gpu`, `cpu`
+/// or `auto`, as `torchrun` takes it; empty = from the container's GPUs), `--wait` and
+/// `--wait-timeout`.
+pub const WEFT_EXTRA_FLAGS: &[FlagDef] =
+    &[FlagDef::string("nproc-per-node", ""), launch::WAIT_FLAG, launch::WAIT_TIMEOUT_FLAG];
 
 /// Builds the plugin for one job.
 pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
     let job = input.job;
     let weft = input.flavor == Flavor::Weft;
-    let (flags, mut warnings) = parse_args(NAME, FLAGS, WEFT_FLAGS, &input)?;
+    let (flags, mut warnings) = parse_args(NAME, FLAGS, WEFT_EXTRA_FLAGS, &input)?;
     let master = flags.string("master").to_owned();
     let worker = flags.string("worker").to_owned();
     let port = flags.int("port");

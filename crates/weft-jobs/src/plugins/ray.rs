@@ -49,18 +49,8 @@ pub const FLAGS: &[FlagDef] = &[
     FlagDef::int("clientPort", "10001"),
 ];
 
-/// weft's flags: Volcano's plus `--wait` and `--wait-timeout`.
-pub const WEFT_FLAGS: &[FlagDef] = &[
-    FlagDef::string("head", "head"),
-    FlagDef::string("headContainer", "head"),
-    FlagDef::string("worker", "worker"),
-    FlagDef::string("workerContainer", "worker"),
-    FlagDef::int("port", "6379"),
-    FlagDef::int("dashboardPort", "8265"),
-    FlagDef::int("clientPort", "10001"),
-    launch::WAIT_FLAG,
-    launch::WAIT_TIMEOUT_FLAG,
-];
+/// The flags weft's flavor accepts after Volcano's: `--wait` and `--wait-timeout`.
+pub const WEFT_EXTRA_FLAGS: &[FlagDef] = &[launch::WAIT_FLAG, launch::WAIT_TIMEOUT_FLAG];
 
 /// Name of the head Service: `<job>-head-svc`.
 pub fn head_service_name(job: &str) -> String {
@@ -71,7 +61,7 @@ pub fn head_service_name(job: &str) -> String {
 pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
     let job = input.job;
     let weft = input.flavor == Flavor::Weft;
-    let (flags, warnings) = parse_args(NAME, FLAGS, WEFT_FLAGS, &input)?;
+    let (flags, warnings) = parse_args(NAME, FLAGS, WEFT_EXTRA_FLAGS, &input)?;
     let head = flags.string("head").to_owned();
     let worker = flags.string("worker").to_owned();
     let head_container = flags.string("headContainer").to_owned();

@@ -111,7 +111,7 @@ pub fn ssh_config(job: &Job, port: i64) -> String {
 
 /// Builds the plugin for one job.
 pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
-    let (flags, mut warnings) = super::common::parse_args(NAME, FLAGS, FLAGS, &input)?;
+    let (flags, mut warnings) = super::common::parse_args(NAME, FLAGS, &[], &input)?;
     let strict = input.flavor == Flavor::Weft;
     let args_error = |source| PluginError::Args { plugin: NAME, source };
 

@@ -83,7 +83,7 @@ pub fn hosts_data(job: &Job) -> BTreeMap<String, String> {
 
 /// Builds the plugin for one job.
 pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
-    let (flags, warnings) = super::common::parse_args(NAME, FLAGS, FLAGS, &input)?;
+    let (flags, warnings) = super::common::parse_args(NAME, FLAGS, &[], &input)?;
     let job = input.job;
     let job_name = job.job_name().to_owned();
     let cm_name = config_map_name(&job_name);

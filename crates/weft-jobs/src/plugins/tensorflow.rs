@@ -48,7 +48,7 @@ const TYPE_ORDER: [&str; 4] = ["chief", "worker", "ps", "evaluator"];
 
 /// Builds the plugin for one job.
 pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
-    let (flags, mut warnings) = super::common::parse_args(NAME, FLAGS, FLAGS, &input)?;
+    let (flags, mut warnings) = super::common::parse_args(NAME, FLAGS, &[], &input)?;
     let strict = input.flavor == Flavor::Weft;
     let job = input.job;
     let job_name = job.job_name();
