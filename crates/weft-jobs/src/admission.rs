@@ -5,6 +5,8 @@
 //! - [`validate_job`] (CREATE, UPDATE): weft's plugins parse strictly and fit the job.
 //! - [`PodMutator`]: weft's plugins applied to one pod of the job.
 
+use std::collections::BTreeMap;
+
 use json_patch::PatchOperation;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
@@ -82,21 +84,35 @@ pub fn mutate_job(job: &Value, opts: &AdmissionOptions) -> Result<Vec<PatchOpera
     let annotation = job.pointer("/metadata/annotations").and_then(|a| a.get(crate::PLUGINS_ANNOTATION));
     if let Some(mut weft) = annotation.and_then(Value::as_str).and_then(|t| crate::job::parse_plugin_map(t).ok()) {
         let in_volcano = |name: &str| volcano_plugins.as_ref().is_some_and(|p| p.contains_key(name));
-        let mut changed = false;
-        for name in weft.keys().cloned().collect::<Vec<_>>() {
-            for need in crate::plugins::info(&name).map_or(&[][..], |i| i.needs) {
-                if !weft.contains_key(*need) && !in_volcano(need) {
-                    weft.insert((*need).to_owned(), Vec::new());
-                    changed = true;
-                }
+        let needed: Vec<&'static str> =
+            missing_dependencies(&weft, in_volcano).into_iter().map(|(_, need)| need).collect();
+        if !needed.is_empty() {
+            for need in needed {
+                weft.insert(need.to_owned(), Vec::new());
             }
-        }
-        if changed {
             let text = serde_json::to_string(&weft).map_err(|e| e.to_string())?;
             ops.push(replace(&["metadata", "annotations", crate::PLUGINS_ANNOTATION], text.into()));
         }
     }
     Ok(ops)
+}
+
+/// The dependencies of weft's plugins (`needs` in [`crate::plugins::PLUGINS`]) that neither the
+/// annotation's plugin map `weft` nor Volcano's `spec.plugins` (`in_volcano`) has:
+/// `(plugin, missing dependency)` pairs.
+fn missing_dependencies(
+    weft: &BTreeMap<String, Vec<String>>,
+    in_volcano: impl Fn(&str) -> bool,
+) -> Vec<(&str, &'static str)> {
+    let mut missing = Vec::new();
+    for name in weft.keys() {
+        for need in crate::plugins::info(name).map_or(&[][..], |i| i.needs) {
+            if !weft.contains_key(*need) && !in_volcano(need) {
+                missing.push((name.as_str(), *need));
+            }
+        }
+    }
+    missing
 }
 
 /// Volcano's task defaults (`mutateSpec`); true when a task changed.
@@ -203,17 +219,13 @@ pub fn validate_job(job: &Job, old: Option<&Job>, opts: &AdmissionOptions) -> Ve
         Err(errors) => verdict.errors.extend(errors.iter().map(ToString::to_string)),
     }
     let volcano = job.spec.plugins.clone().unwrap_or_default();
-    for name in weft.keys() {
-        for need in crate::plugins::info(name).map_or(&[][..], |i| i.needs) {
-            if !weft.contains_key(*need) && !volcano.contains_key(*need) {
-                verdict.errors.push(format!(
-                    "plugin {name} needs plugin {need} ({}); add \"{need}\": [] to annotation {} \
-                     (weft's mutating webhook adds it when a job is created)",
-                    if *need == "svc" { "DNS names for the job's pods" } else { "ssh keys shared by the job's pods" },
-                    crate::PLUGINS_ANNOTATION
-                ));
-            }
-        }
+    for (name, need) in missing_dependencies(&weft, |n| volcano.contains_key(n)) {
+        verdict.errors.push(format!(
+            "plugin {name} needs plugin {need} ({}); add \"{need}\": [] to annotation {} \
+             (weft's mutating webhook adds it when a job is created)",
+            if need == "svc" { "DNS names for the job's pods" } else { "ssh keys shared by the job's pods" },
+            crate::PLUGINS_ANNOTATION
+        ));
     }
     for task in &job.spec.tasks {
         let last = crate::naming::replicas(task).saturating_sub(1);
