@@ -83,6 +83,12 @@ pub struct JobStatus {
     /// The job's state (`phase`, `reason`, …).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<JobState>,
+    /// Incremented by Volcano's controller on every restart or update of the job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<i64>,
+    /// How many times the job was retried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_count: Option<i64>,
     /// Everything else in the status.
     #[serde(flatten)]
     pub extra: BTreeMap<String, Value>,

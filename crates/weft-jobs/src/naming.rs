@@ -107,8 +107,8 @@ pub fn volcano_pod(job: &Job, task: &TaskSpec, index: usize) -> Pod {
     labels.insert(QUEUE_NAME_KEY.into(), queue.clone());
     labels.insert("volcano.sh/job-forwarding".into(), "true".into());
 
-    let version = job.status.as_ref().and_then(|s| s.extra.get("version")).and_then(|v| v.as_i64()).unwrap_or(0);
-    let retries = job.status.as_ref().and_then(|s| s.extra.get("retryCount")).and_then(|v| v.as_i64()).unwrap_or(0);
+    let version = job.status.as_ref().and_then(|s| s.version).unwrap_or(0);
+    let retries = job.status.as_ref().and_then(|s| s.retry_count).unwrap_or(0);
     let annotations = meta.annotations.get_or_insert_with(BTreeMap::new);
     annotations.insert(TASK_INDEX_KEY.into(), index.to_string());
     annotations.insert(TASK_SPEC_KEY.into(), task_name.into());

@@ -379,7 +379,7 @@ impl WebhookState {
         let m = &self.metrics;
         match self.jobs.cached(namespace, name) {
             Some(job) if job.job_uid() == uid => {
-                if min_version.is_none_or(|min| job_version(&job).is_some_and(|v| v >= min)) {
+                if min_version.is_none_or(|min| job.status.as_ref().and_then(|s| s.version).is_some_and(|v| v >= min)) {
                     m.lookup("cache", "found");
                     return Ok(job);
                 }
@@ -424,11 +424,6 @@ impl WebhookState {
             }
         }
     }
-}
-
-/// The Job's `status.version` (Volcano increments it on every restart or update of the job).
-fn job_version(job: &Job) -> Option<i64> {
-    job.status.as_ref()?.extra.get("version")?.as_i64()
 }
 
 /// The admission routes: `POST /jobs/mutate`, `/jobs/validate`, `/pods/mutate`.
