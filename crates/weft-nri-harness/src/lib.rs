@@ -1,1 +1,1055 @@
-//! (being written)
+//! A test-only NRI runtime that speaks the real wire protocol (one unix socket, the trunk
+//! multiplexer, ttrpc both ways) and behaves like containerd's `pkg/adaptation`:
+//!
+//! - plugins connect to a unix socket; each is accepted in turn, must call `RegisterPlugin`
+//!   within the registration timeout, is then configured (timeouts in ms, runtime name and
+//!   version, NRI version) and synchronized with the current pods and containers, and only then
+//!   receives events;
+//! - every runtime→plugin call runs under the request timeout; a timeout or a broken
+//!   connection closes the plugin and it is forgotten (later requests proceed without it); any
+//!   other error fails the request ("CRI call");
+//! - plugins are called in ascending index order;
+//! - `CreateContainer` answers are merged with containerd's conflict rule, and a plugin may not
+//!   update the container being created;
+//! - [`NriVersion::V0_12`] calls the dedicated event RPCs first and falls back to `StateChange`
+//!   only when the plugin answers UNIMPLEMENTED; [`NriVersion::PreV0_12`] uses `StateChange`;
+//! - `Synchronize` is split into `more` chunks when the message is larger than
+//!   [`RuntimeOptions::max_message_size`] (upstream gets that signal from its ttrpc client's
+//!   size check; here the size is computed before sending). The batch shrinks by the factor
+//!   `min(limit / size, 0.9)` per retry, at least 8 objects, as upstream; a plugin that does not
+//!   answer a `more` chunk with `more=true` and no updates is closed.
+//!
+//! The harness keeps the pods and containers with every adjustment and update applied, so tests
+//! can read the resulting cpuset, memory or env, records unsolicited `UpdateContainers`, and logs
+//! what happened as [`HarnessEvent`]s that tests can wait on.
+
+mod merge;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use protobuf::{Message, MessageField};
+use tokio::sync::watch;
+use tokio_util::sync::{CancellationToken, DropGuard};
+use ttrpc::r#async::TtrpcContext;
+use ttrpc::r#async::transport::{Listener, Socket};
+use ttrpc::{Code, get_status};
+use weft_nri::api;
+use weft_nri::event::{Event, EventMask};
+use weft_nri::mux::{Mux, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
+
+/// The NRI protocol generation the harness plays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NriVersion {
+    /// v0.2 … v0.11: every pod event and most container events travel in `StateChange`;
+    /// `ConfigureRequest.NRI_version` is empty.
+    PreV0_12,
+    /// v0.12: dedicated event RPCs, `StateChange` only as fallback on UNIMPLEMENTED.
+    V0_12,
+}
+
+/// How the harness runtime behaves.
+#[derive(Clone, Debug)]
+pub struct RuntimeOptions {
+    /// Runtime name sent in `Configure`.
+    pub name: String,
+    /// Runtime version sent in `Configure`.
+    pub version: String,
+    /// Protocol generation.
+    pub nri_version: NriVersion,
+    /// A plugin that has not registered by then is dropped.
+    pub registration_timeout: Duration,
+    /// Every call to a plugin must be answered by then, or the plugin is dropped.
+    pub request_timeout: Duration,
+    /// Send the timeouts in `Configure` (v0.7+); `false` plays an older runtime (fields 0).
+    pub send_timeouts: bool,
+    /// Largest `Synchronize` message before it is split (ttrpc's 4 MiB by default).
+    pub max_message_size: usize,
+    /// Plugin configuration text sent in `Configure`.
+    pub config: String,
+    /// Hold each `RegisterPlugin` reply until that plugin's `Configure` has been answered, so
+    /// `Configure` surely arrives before the reply (a plugin must not wait for it).
+    pub configure_before_register_reply: bool,
+    /// Log every plugin call as [`HarnessEvent::Call`] (turn off for tight loops).
+    pub record_calls: bool,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> RuntimeOptions {
+        RuntimeOptions {
+            name: "weft-nri-harness".into(),
+            version: "0.12.0-harness".into(),
+            nri_version: NriVersion::V0_12,
+            registration_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(2),
+            send_timeouts: true,
+            max_message_size: 4 << 20,
+            config: String::new(),
+            configure_before_register_reply: false,
+            record_calls: true,
+        }
+    }
+}
+
+/// Something that happened, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum HarnessEvent {
+    /// A plugin registered.
+    Registered {
+        /// Full name, `idx-name`.
+        plugin: String,
+        /// The NRI version it announced (empty for pre-v0.12 plugins).
+        nri_version: String,
+    },
+    /// A plugin answered `Configure`.
+    Configured {
+        /// Full name.
+        plugin: String,
+        /// Its subscription.
+        events: EventMask,
+    },
+    /// A plugin was synchronized and now gets events.
+    Synchronized {
+        /// Full name.
+        plugin: String,
+        /// How many `Synchronize` messages it took.
+        chunks: usize,
+        /// How many updates it returned.
+        updates: usize,
+    },
+    /// A plugin connection was closed and the plugin forgotten.
+    Dropped {
+        /// Full name (`??-plugin` before registration).
+        plugin: String,
+        /// Why.
+        reason: String,
+    },
+    /// A call to a plugin (only with [`RuntimeOptions::record_calls`]).
+    Call {
+        /// Full name.
+        plugin: String,
+        /// Method, e.g. `RunPodSandbox` or `StateChange(RunPodSandbox)`.
+        method: String,
+        /// The error status code name, `None` when it succeeded.
+        error: Option<String>,
+    },
+    /// A plugin sent `UpdateContainers` on its own.
+    Unsolicited {
+        /// Full name.
+        plugin: String,
+        /// The updates.
+        update: Vec<api::ContainerUpdate>,
+        /// The evictions.
+        evict: Vec<api::ContainerEviction>,
+        /// Updates that failed (unknown containers).
+        failed: Vec<String>,
+    },
+}
+
+/// Why a request ("CRI call") failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// A plugin answered with an error.
+    #[error("plugin {plugin} failed {method}: {message}")]
+    Plugin {
+        /// Full name.
+        plugin: String,
+        /// Method.
+        method: String,
+        /// The status message.
+        message: String,
+    },
+    /// Plugin answers could not be merged (conflict, or an update of the container being
+    /// created).
+    #[error("{0}")]
+    Merge(String),
+    /// No such pod or container.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// Socket setup failed.
+    #[error("harness I/O: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// An active (synchronized) plugin.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PluginInfo {
+    /// Full name, `idx-name`.
+    pub name: String,
+    /// Index.
+    pub index: String,
+    /// Subscription.
+    pub events: EventMask,
+    /// Announced NRI version.
+    pub nri_version: String,
+}
+
+#[derive(Default)]
+struct Data {
+    pods: BTreeMap<String, api::PodSandbox>,
+    containers: BTreeMap<String, api::Container>,
+}
+
+struct SyncFault {
+    plugin: String,
+    after_chunks: usize,
+}
+
+struct Inner {
+    opts: RuntimeOptions,
+    path: PathBuf,
+    /// containerd's lifecycle lock: held through every request and every synchronization.
+    lifecycle: tokio::sync::Mutex<()>,
+    data: Mutex<Data>,
+    plugins: Mutex<Vec<Arc<PluginConn>>>,
+    connections: Mutex<Vec<Mux>>,
+    log: Mutex<Vec<HarnessEvent>>,
+    log_len: watch::Sender<usize>,
+    sync_fault: Mutex<Option<SyncFault>>,
+    stop: CancellationToken,
+}
+
+struct PluginConn {
+    name: String,
+    index: String,
+    nri_version: String,
+    events: EventMask,
+    client: api::PluginClient,
+    mux: Mux,
+    reason: Mutex<Option<String>>,
+}
+
+impl PluginConn {
+    fn close(&self, reason: String) {
+        lock(&self.reason).get_or_insert(reason);
+        self.mux.close();
+    }
+
+    fn is_closed(&self) -> bool {
+        self.mux.is_closed()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A running harness runtime. Dropping it stops listening and closes every plugin connection.
+pub struct Runtime {
+    inner: Arc<Inner>,
+    _stop: DropGuard,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime").field("path", &self.inner.path).finish()
+    }
+}
+
+/// How a plugin call failed.
+enum CallError {
+    /// Timeout or broken connection: the plugin is closed and skipped.
+    Fatal(String),
+    /// The plugin answered with this status.
+    Status(Code, String),
+}
+
+fn classify(e: ttrpc::Error) -> CallError {
+    match e {
+        ttrpc::Error::RpcStatus(s) if s.code() == Code::DEADLINE_EXCEEDED => {
+            CallError::Fatal(format!("request timed out ({})", s.message()))
+        }
+        ttrpc::Error::RpcStatus(s) => CallError::Status(s.code(), s.message().to_string()),
+        ttrpc::Error::Others(m) if m.contains("timeout") => CallError::Fatal(format!("request timed out ({m})")),
+        other => CallError::Fatal(format!("connection failed: {other}")),
+    }
+}
+
+fn ctx(timeout: Duration) -> ttrpc::context::Context {
+    ttrpc::context::with_timeout(i64::try_from(timeout.as_nanos()).unwrap_or(i64::MAX))
+}
+
+fn valid_name(n: &str) -> bool {
+    !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || "_.+-".contains(c))
+}
+
+fn valid_index(i: &str) -> bool {
+    i.len() == 2 && i.bytes().all(|b| b.is_ascii_digit())
+}
+
+impl Runtime {
+    /// Listens on `path` (removing a stale socket) and accepts plugins.
+    pub async fn start(path: impl AsRef<Path>, opts: RuntimeOptions) -> Result<Runtime, RuntimeError> {
+        let path = path.as_ref().to_path_buf();
+        let _ = std::fs::remove_file(&path);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let listener = tokio::net::UnixListener::bind(&path)?;
+        let stop = CancellationToken::new();
+        let inner = Arc::new(Inner {
+            opts,
+            path,
+            lifecycle: tokio::sync::Mutex::new(()),
+            data: Mutex::new(Data::default()),
+            plugins: Mutex::new(Vec::new()),
+            connections: Mutex::new(Vec::new()),
+            log: Mutex::new(Vec::new()),
+            log_len: watch::channel(0).0,
+            sync_fault: Mutex::new(None),
+            stop: stop.clone(),
+        });
+        tokio::spawn(accept_loop(inner.clone(), listener));
+        Ok(Runtime { inner, _stop: stop.drop_guard() })
+    }
+
+    /// The socket path.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// The active (synchronized, not closed) plugins in call order.
+    pub fn plugins(&self) -> Vec<PluginInfo> {
+        lock(&self.inner.plugins)
+            .iter()
+            .filter(|p| !p.is_closed())
+            .map(|p| PluginInfo {
+                name: p.name.clone(),
+                index: p.index.clone(),
+                events: p.events,
+                nri_version: p.nri_version.clone(),
+            })
+            .collect()
+    }
+
+    /// Everything logged so far.
+    pub fn events(&self) -> Vec<HarnessEvent> {
+        lock(&self.inner.log).clone()
+    }
+
+    /// Waits until an event at log position `from` or later satisfies `pred`; returns its
+    /// position and the event. Never times out (wrap it in a hang guard).
+    pub async fn wait_event(&self, from: usize, pred: impl Fn(&HarnessEvent) -> bool) -> (usize, HarnessEvent) {
+        let mut rx = self.inner.log_len.subscribe();
+        let mut next = from;
+        loop {
+            {
+                let log = lock(&self.inner.log);
+                if let Some((i, e)) = log.iter().enumerate().skip(next).find(|(_, e)| pred(e)) {
+                    return (i, e.clone());
+                }
+                next = next.max(log.len());
+            }
+            if rx.changed().await.is_err() {
+                // The sender lives in `inner`, which we hold: unreachable.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// The number of events logged so far (a position for [`Runtime::wait_event`]).
+    pub fn event_count(&self) -> usize {
+        lock(&self.inner.log).len()
+    }
+
+    /// Waits until plugin `name` (`idx-name`) has been synchronized at least `times` times in
+    /// total.
+    pub async fn wait_synchronized_times(&self, name: &str, times: usize) {
+        let mut from = 0;
+        for _ in 0..times {
+            let (i, _) = self
+                .wait_event(from, |e| matches!(e, HarnessEvent::Synchronized { plugin, .. } if plugin == name))
+                .await;
+            from = i + 1;
+        }
+    }
+
+    /// Waits until plugin `name` (`idx-name`) has been synchronized (at least once).
+    pub async fn wait_synchronized(&self, name: &str) {
+        self.wait_synchronized_times(name, 1).await
+    }
+
+    /// Waits for a drop of plugin `name` logged at position `from` or later; returns the reason.
+    pub async fn wait_dropped(&self, name: &str, from: usize) -> String {
+        match self.wait_event(from, |e| matches!(e, HarnessEvent::Dropped { plugin, .. } if plugin == name)).await {
+            (_, HarnessEvent::Dropped { reason, .. }) => reason,
+            _ => String::new(),
+        }
+    }
+
+    /// Every unsolicited `UpdateContainers` so far as (plugin, updates, evictions).
+    pub fn unsolicited_updates(&self) -> Vec<(String, Vec<api::ContainerUpdate>, Vec<api::ContainerEviction>)> {
+        lock(&self.inner.log)
+            .iter()
+            .filter_map(|e| match e {
+                HarnessEvent::Unsolicited { plugin, update, evict, .. } => {
+                    Some((plugin.clone(), update.clone(), evict.clone()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A container as the runtime has it now (adjustments and updates applied).
+    pub fn container(&self, id: &str) -> Option<api::Container> {
+        lock(&self.inner.data).containers.get(id).cloned()
+    }
+
+    /// A pod as the runtime has it now.
+    pub fn pod(&self, id: &str) -> Option<api::PodSandbox> {
+        lock(&self.inner.data).pods.get(id).cloned()
+    }
+
+    /// Closes every plugin connection, as a runtime restart does; pods and containers stay,
+    /// and the socket keeps accepting.
+    pub fn drop_all_connections(&self) {
+        for m in lock(&self.inner.connections).drain(..) {
+            m.close();
+        }
+    }
+
+    /// Closes plugin `name`'s trunk while it is being synchronized, after `after_chunks`
+    /// `Synchronize` messages were answered (0: before the first). One-shot.
+    pub fn close_during_sync(&self, name: &str, after_chunks: usize) {
+        *lock(&self.inner.sync_fault) = Some(SyncFault { plugin: name.into(), after_chunks });
+    }
+
+    /// Adds pod `pod` and sends `RunPodSandbox`. On a plugin error the pod is removed again
+    /// (the CRI call fails).
+    pub async fn run_pod_sandbox(&self, pod: api::PodSandbox) -> Result<(), RuntimeError> {
+        let _l = self.inner.lifecycle.lock().await;
+        lock(&self.inner.data).pods.insert(pod.id.clone(), pod.clone());
+        let r = self.inner.broadcast(Event::RunPodSandbox, &pod, None).await;
+        if r.is_err() {
+            lock(&self.inner.data).pods.remove(&pod.id);
+        }
+        self.inner.remove_closed();
+        r
+    }
+
+    /// Sends `StopPodSandbox`.
+    pub async fn stop_pod_sandbox(&self, pod_id: &str) -> Result<(), RuntimeError> {
+        let _l = self.inner.lifecycle.lock().await;
+        let pod = self.inner.pod(pod_id)?;
+        let r = self.inner.broadcast(Event::StopPodSandbox, &pod, None).await;
+        self.inner.remove_closed();
+        r
+    }
+
+    /// Sends `RemovePodSandbox` and forgets the pod and its containers.
+    pub async fn remove_pod_sandbox(&self, pod_id: &str) -> Result<(), RuntimeError> {
+        let _l = self.inner.lifecycle.lock().await;
+        let pod = self.inner.pod(pod_id)?;
+        let r = self.inner.broadcast(Event::RemovePodSandbox, &pod, None).await;
+        {
+            let mut d = lock(&self.inner.data);
+            d.pods.remove(pod_id);
+            d.containers.retain(|_, c| c.pod_sandbox_id != pod_id);
+        }
+        self.inner.remove_closed();
+        r
+    }
+
+    /// Creates container `ctr` in pod `pod_id`: `CreateContainer` to every subscribed plugin,
+    /// answers merged, the adjustment applied to the container and the updates to the others,
+    /// then `PostCreateContainer`. Returns the resulting container.
+    pub async fn create_container(
+        &self,
+        pod_id: &str,
+        mut ctr: api::Container,
+    ) -> Result<api::Container, RuntimeError> {
+        let _l = self.inner.lifecycle.lock().await;
+        let r = self.inner.create_container(pod_id, &mut ctr).await;
+        self.inner.remove_closed();
+        r.map(|()| ctr)
+    }
+
+    /// Sends `StartContainer` and `PostStartContainer`; the container is then running.
+    pub async fn start_container(&self, id: &str) -> Result<(), RuntimeError> {
+        let _l = self.inner.lifecycle.lock().await;
+        let (pod, ctr) = self.inner.pod_and_container(id)?;
+        let mut r = self.inner.broadcast(Event::StartContainer, &pod, Some(&ctr)).await;
+        if r.is_ok() {
+            if let Some(c) = lock(&self.inner.data).containers.get_mut(id) {
+                c.state = api::ContainerState::CONTAINER_RUNNING.into();
+            }
+            let (pod, ctr) = self.inner.pod_and_container(id)?;
+            r = self.inner.broadcast(Event::PostStartContainer, &pod, Some(&ctr)).await;
+        }
+        self.inner.remove_closed();
+        r
+    }
+
+    /// Updates container `id` to `resources` (as the kubelet's `UpdateContainerResources`):
+    /// `UpdateContainer` to every subscribed plugin, their updates merged and applied on top,
+    /// then `PostUpdateContainer`. Returns the resulting container.
+    pub async fn update_container(
+        &self,
+        id: &str,
+        resources: api::LinuxResources,
+    ) -> Result<api::Container, RuntimeError> {
+        let _l = self.inner.lifecycle.lock().await;
+        let r = self.inner.update_container(id, resources).await;
+        self.inner.remove_closed();
+        r?;
+        self.inner.pod_and_container(id).map(|(_, c)| c)
+    }
+
+    /// Sends `StopContainer` (applying the updates of other containers plugins return); the
+    /// container is then stopped.
+    pub async fn stop_container(&self, id: &str) -> Result<(), RuntimeError> {
+        let _l = self.inner.lifecycle.lock().await;
+        let r = self.inner.stop_container(id).await;
+        self.inner.remove_closed();
+        r
+    }
+
+    /// Sends `RemoveContainer` and forgets the container.
+    pub async fn remove_container(&self, id: &str) -> Result<(), RuntimeError> {
+        let _l = self.inner.lifecycle.lock().await;
+        let (pod, ctr) = self.inner.pod_and_container(id)?;
+        let r = self.inner.broadcast(Event::RemoveContainer, &pod, Some(&ctr)).await;
+        lock(&self.inner.data).containers.remove(id);
+        self.inner.remove_closed();
+        r
+    }
+}
+
+impl Inner {
+    fn record(&self, e: HarnessEvent) {
+        let n = {
+            let mut log = lock(&self.log);
+            log.push(e);
+            log.len()
+        };
+        self.log_len.send_replace(n);
+    }
+
+    fn record_call(&self, plugin: &str, method: String, error: Option<String>) {
+        if self.opts.record_calls {
+            self.record(HarnessEvent::Call { plugin: plugin.to_string(), method, error });
+        }
+    }
+
+    fn active(&self) -> Vec<Arc<PluginConn>> {
+        lock(&self.plugins).iter().filter(|p| !p.is_closed()).cloned().collect()
+    }
+
+    fn remove_closed(&self) {
+        lock(&self.plugins).retain(|p| !p.is_closed());
+    }
+
+    fn pod(&self, id: &str) -> Result<api::PodSandbox, RuntimeError> {
+        lock(&self.data).pods.get(id).cloned().ok_or_else(|| RuntimeError::NotFound(format!("pod {id}")))
+    }
+
+    fn pod_and_container(&self, id: &str) -> Result<(api::PodSandbox, api::Container), RuntimeError> {
+        let d = lock(&self.data);
+        let c = d.containers.get(id).ok_or_else(|| RuntimeError::NotFound(format!("container {id}")))?;
+        let p =
+            d.pods.get(&c.pod_sandbox_id).ok_or_else(|| RuntimeError::NotFound(format!("pod {}", c.pod_sandbox_id)))?;
+        Ok((p.clone(), c.clone()))
+    }
+
+    /// Turns a call result into the request's outcome: fatal errors close the plugin and are
+    /// skipped, other errors fail the request.
+    fn outcome<T>(&self, p: &PluginConn, method: &str, r: Result<T, CallError>) -> Result<Option<T>, RuntimeError> {
+        match r {
+            Ok(v) => {
+                self.record_call(&p.name, method.to_string(), None);
+                Ok(Some(v))
+            }
+            Err(CallError::Fatal(why)) => {
+                self.record_call(&p.name, method.to_string(), Some("FATAL".into()));
+                tracing::warn!(plugin = %p.name, method, %why, "closing plugin");
+                p.close(format!("{method}: {why}"));
+                Ok(None)
+            }
+            Err(CallError::Status(code, message)) => {
+                self.record_call(&p.name, method.to_string(), Some(format!("{code:?}")));
+                Err(RuntimeError::Plugin { plugin: p.name.clone(), method: method.to_string(), message })
+            }
+        }
+    }
+
+    /// Sends a lifecycle event to every subscribed plugin, in order.
+    async fn broadcast(
+        &self,
+        e: Event,
+        pod: &api::PodSandbox,
+        ctr: Option<&api::Container>,
+    ) -> Result<(), RuntimeError> {
+        for p in self.active() {
+            if !p.events.contains(e) {
+                continue;
+            }
+            self.deliver(&p, e, pod, ctr).await?;
+        }
+        Ok(())
+    }
+
+    /// One lifecycle event to one plugin: dedicated RPC (v0.12) with `StateChange` fallback on
+    /// UNIMPLEMENTED, or `StateChange` (pre-v0.12).
+    async fn deliver(
+        &self,
+        p: &PluginConn,
+        e: Event,
+        pod: &api::PodSandbox,
+        ctr: Option<&api::Container>,
+    ) -> Result<(), RuntimeError> {
+        let t = self.opts.request_timeout;
+        if self.opts.nri_version == NriVersion::V0_12 {
+            let r = dedicated(&p.client, t, e, pod, ctr).await;
+            match r {
+                Err(CallError::Status(Code::UNIMPLEMENTED, _)) => {
+                    self.record_call(&p.name, e.name().to_string(), Some("UNIMPLEMENTED".into()));
+                    tracing::info!(plugin = %p.name, event = %e, "plugin does not implement the dedicated RPC; falling back to StateChange");
+                }
+                r => return self.outcome(p, e.name(), r).map(|_| ()),
+            }
+        }
+        let mut req = api::StateChangeEvent::new();
+        req.event = protobuf::EnumOrUnknown::from_i32(e.number());
+        req.pod = MessageField::some(pod.clone());
+        req.container = ctr.cloned().into();
+        let r = p.client.state_change(ctx(t), &req).await.map(|_| ()).map_err(classify);
+        self.outcome(p, &format!("StateChange({e})"), r).map(|_| ())
+    }
+
+    async fn create_container(&self, pod_id: &str, ctr: &mut api::Container) -> Result<(), RuntimeError> {
+        let pod = self.pod(pod_id)?;
+        ctr.pod_sandbox_id = pod_id.to_string();
+        ctr.state = api::ContainerState::CONTAINER_CREATED.into();
+        let mut owners = merge::Owners::default();
+        let mut adjust = api::ContainerAdjustment::new();
+        let mut updates = merge::Updates::default();
+        for p in self.active() {
+            if !p.events.contains(Event::CreateContainer) {
+                continue;
+            }
+            let mut req = api::CreateContainerRequest::new();
+            req.pod = MessageField::some(pod.clone());
+            req.container = MessageField::some(ctr.clone());
+            let r = p.client.create_container(ctx(self.opts.request_timeout), &req).await.map_err(classify);
+            let Some(rpl) = self.outcome(&p, "CreateContainer", r)? else { continue };
+            if let Some(adj) = rpl.adjust.as_ref() {
+                merge::adjust(&mut owners, &ctr.id, &mut adjust, adj, &p.name).map_err(RuntimeError::Merge)?;
+            }
+            for u in &rpl.update {
+                if u.container_id == ctr.id {
+                    return Err(RuntimeError::Merge(format!(
+                        "plugin {:?} asked update of {:?} during creation",
+                        p.name, ctr.id
+                    )));
+                }
+                updates.add(&mut owners, u, &p.name).map_err(RuntimeError::Merge)?;
+            }
+        }
+        merge::apply_adjustment(ctr, &adjust);
+        {
+            let mut d = lock(&self.data);
+            d.containers.insert(ctr.id.clone(), ctr.clone());
+            apply_updates(&mut d, &updates.into_vec());
+        }
+        self.broadcast(Event::PostCreateContainer, &pod, Some(ctr)).await
+    }
+
+    async fn update_container(&self, id: &str, resources: api::LinuxResources) -> Result<(), RuntimeError> {
+        let (pod, ctr) = self.pod_and_container(id)?;
+        let mut owners = merge::Owners::default();
+        let mut updates = merge::Updates::default();
+        for p in self.active() {
+            if !p.events.contains(Event::UpdateContainer) {
+                continue;
+            }
+            let mut req = api::UpdateContainerRequest::new();
+            req.pod = MessageField::some(pod.clone());
+            req.container = MessageField::some(ctr.clone());
+            req.linux_resources = MessageField::some(resources.clone());
+            let r = p.client.update_container(ctx(self.opts.request_timeout), &req).await.map_err(classify);
+            let Some(rpl) = self.outcome(&p, "UpdateContainer", r)? else { continue };
+            for u in &rpl.update {
+                updates.add(&mut owners, u, &p.name).map_err(RuntimeError::Merge)?;
+            }
+        }
+        {
+            let mut d = lock(&self.data);
+            if let Some(c) = d.containers.get_mut(id) {
+                merge::apply_resources(merge::container_resources(c), &resources);
+            }
+            apply_updates(&mut d, &updates.into_vec());
+        }
+        let (pod, ctr) = self.pod_and_container(id)?;
+        self.broadcast(Event::PostUpdateContainer, &pod, Some(&ctr)).await
+    }
+
+    async fn stop_container(&self, id: &str) -> Result<(), RuntimeError> {
+        let (pod, ctr) = self.pod_and_container(id)?;
+        let mut owners = merge::Owners::default();
+        let mut updates = merge::Updates::default();
+        for p in self.active() {
+            if !p.events.contains(Event::StopContainer) {
+                continue;
+            }
+            let mut req = api::StopContainerRequest::new();
+            req.pod = MessageField::some(pod.clone());
+            req.container = MessageField::some(ctr.clone());
+            let r = p.client.stop_container(ctx(self.opts.request_timeout), &req).await.map_err(classify);
+            let Some(rpl) = self.outcome(&p, "StopContainer", r)? else { continue };
+            for u in &rpl.update {
+                updates.add(&mut owners, u, &p.name).map_err(RuntimeError::Merge)?;
+            }
+        }
+        let mut d = lock(&self.data);
+        if let Some(c) = d.containers.get_mut(id) {
+            c.state = api::ContainerState::CONTAINER_STOPPED.into();
+        }
+        apply_updates(&mut d, &updates.into_vec());
+        Ok(())
+    }
+
+    /// Synchronizes a configured plugin (lifecycle lock held by the caller). Returns the
+    /// number of messages sent and the updates, or why the plugin must be closed.
+    async fn synchronize(&self, p: &PluginConn) -> Result<(usize, Vec<api::ContainerUpdate>), String> {
+        let (pods, ctrs): (Vec<_>, Vec<_>) = {
+            let d = lock(&self.data);
+            (d.pods.values().cloned().collect(), d.containers.values().cloned().collect())
+        };
+        let fault = {
+            let mut f = lock(&self.sync_fault);
+            match f.as_ref() {
+                Some(x) if x.plugin == p.name => f.take().map(|x| x.after_chunks),
+                _ => None,
+            }
+        };
+        let deadline = tokio::time::Instant::now() + self.opts.request_timeout;
+        let (mut pods_left, mut ctrs_left) = (&pods[..], &ctrs[..]);
+        let (mut pods_per, mut ctrs_per) = (pods.len(), ctrs.len());
+        let mut sent = 0usize;
+        loop {
+            if fault == Some(sent) {
+                p.close("closed by the harness during Synchronize".into());
+                return Err("closed by the harness during Synchronize".into());
+            }
+            let mut req = api::SynchronizeRequest::new();
+            req.pods = pods_left[..pods_per].to_vec();
+            req.containers = ctrs_left[..ctrs_per].to_vec();
+            req.more = pods_left.len() > pods_per || ctrs_left.len() > ctrs_per;
+            let size = req.compute_size() as usize;
+            if size > self.opts.max_message_size {
+                // Upstream's recalcObjsPerSyncMsg, on the size its ttrpc client refuses.
+                const MIN_OBJS: usize = 8;
+                if pods_per + ctrs_per <= MIN_OBJS {
+                    return Err("failed to synchronize plugin with split messages".into());
+                }
+                let factor = (self.opts.max_message_size as f64 / size as f64).min(0.9);
+                pods_per = (pods_per as f64 * factor) as usize;
+                ctrs_per = (ctrs_per as f64 * factor) as usize;
+                if pods_per + ctrs_per < MIN_OBJS {
+                    pods_per = (MIN_OBJS / 2).min(pods_left.len());
+                    ctrs_per = (MIN_OBJS / 2).min(ctrs_left.len());
+                }
+                continue;
+            }
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let rpl = match p.client.synchronize(ctx(left), &req).await.map_err(classify) {
+                Ok(r) => r,
+                Err(CallError::Fatal(why)) => return Err(format!("Synchronize: {why}")),
+                Err(CallError::Status(code, m)) => return Err(format!("Synchronize failed: {code:?}: {m}")),
+            };
+            sent += 1;
+            self.record_call(&p.name, format!("Synchronize(more={})", req.more), None);
+            if !req.more {
+                return Ok((sent, rpl.update));
+            }
+            if !rpl.update.is_empty() || !rpl.more {
+                return Err("plugin does not handle split sync requests".into());
+            }
+            pods_left = &pods_left[pods_per..];
+            ctrs_left = &ctrs_left[ctrs_per..];
+            pods_per = pods_per.min(pods_left.len());
+            ctrs_per = ctrs_per.min(ctrs_left.len());
+        }
+    }
+}
+
+/// Applies merged updates to the stored containers; returns the ids not found.
+fn apply_updates(d: &mut Data, updates: &[api::ContainerUpdate]) -> Vec<String> {
+    let mut failed = Vec::new();
+    for u in updates {
+        match d.containers.get_mut(&u.container_id) {
+            Some(c) => {
+                if let Some(res) = u.linux.as_ref().and_then(|l| l.resources.as_ref()) {
+                    merge::apply_resources(merge::container_resources(c), res);
+                }
+            }
+            None => failed.push(u.container_id.clone()),
+        }
+    }
+    failed
+}
+
+async fn dedicated(
+    c: &api::PluginClient,
+    t: Duration,
+    e: Event,
+    pod: &api::PodSandbox,
+    ctr: Option<&api::Container>,
+) -> Result<(), CallError> {
+    let pod = MessageField::some(pod.clone());
+    let ctr: MessageField<api::Container> = ctr.cloned().into();
+    macro_rules! pod_call {
+        ($req:ident, $m:ident) => {{
+            let mut r = api::$req::new();
+            r.pod = pod;
+            c.$m(ctx(t), &r).await.map(|_| ())
+        }};
+    }
+    macro_rules! ctr_call {
+        ($req:ident, $m:ident) => {{
+            let mut r = api::$req::new();
+            r.pod = pod;
+            r.container = ctr;
+            c.$m(ctx(t), &r).await.map(|_| ())
+        }};
+    }
+    let r = match e {
+        Event::RunPodSandbox => pod_call!(RunPodSandboxRequest, run_pod_sandbox),
+        Event::StopPodSandbox => pod_call!(StopPodSandboxRequest, stop_pod_sandbox),
+        Event::RemovePodSandbox => pod_call!(RemovePodSandboxRequest, remove_pod_sandbox),
+        Event::PostUpdatePodSandbox => pod_call!(PostUpdatePodSandboxRequest, post_update_pod_sandbox),
+        Event::PostCreateContainer => ctr_call!(PostCreateContainerRequest, post_create_container),
+        Event::StartContainer => ctr_call!(StartContainerRequest, start_container),
+        Event::PostStartContainer => ctr_call!(PostStartContainerRequest, post_start_container),
+        Event::PostUpdateContainer => ctr_call!(PostUpdateContainerRequest, post_update_container),
+        Event::RemoveContainer => ctr_call!(RemoveContainerRequest, remove_container),
+        other => return Err(CallError::Status(Code::INTERNAL, format!("{other} is no lifecycle event"))),
+    };
+    r.map_err(classify)
+}
+
+async fn accept_loop(inner: Arc<Inner>, listener: tokio::net::UnixListener) {
+    loop {
+        let stream = tokio::select! {
+            _ = inner.stop.cancelled() => break,
+            s = listener.accept() => match s {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "harness accept failed");
+                    continue;
+                }
+            },
+        };
+        // Plugins are set up one at a time, as upstream's accept loop does.
+        tokio::select! {
+            _ = inner.stop.cancelled() => break,
+            _ = setup_plugin(&inner, stream) => {}
+        }
+    }
+    for m in lock(&inner.connections).drain(..) {
+        m.close();
+    }
+    let _ = std::fs::remove_file(&inner.path);
+}
+
+/// Registration as the `Runtime` service sees it.
+struct Registration {
+    name: String,
+    index: String,
+    nri_version: String,
+}
+
+struct RuntimeService {
+    inner: std::sync::Weak<Inner>,
+    registered: Mutex<Option<tokio::sync::oneshot::Sender<Registration>>>,
+    name: Mutex<String>,
+    configured: tokio::sync::Notify,
+    hold_reply: bool,
+}
+
+#[async_trait]
+impl api::Runtime for RuntimeService {
+    async fn register_plugin(&self, _: &TtrpcContext, req: api::RegisterPluginRequest) -> ttrpc::Result<api::Empty> {
+        if !valid_name(&req.plugin_name) {
+            return Err(ttrpc::Error::RpcStatus(get_status(
+                Code::INVALID_ARGUMENT,
+                format!("invalid plugin name {:?}", req.plugin_name),
+            )));
+        }
+        if !valid_index(&req.plugin_idx) {
+            return Err(ttrpc::Error::RpcStatus(get_status(
+                Code::INVALID_ARGUMENT,
+                format!("invalid plugin index {:?}", req.plugin_idx),
+            )));
+        }
+        *lock(&self.name) = format!("{}-{}", req.plugin_idx, req.plugin_name);
+        let configured = self.configured.notified();
+        if let Some(tx) = lock(&self.registered).take() {
+            let _ = tx.send(Registration {
+                name: req.plugin_name.clone(),
+                index: req.plugin_idx.clone(),
+                nri_version: req.NRI_version.clone(),
+            });
+        }
+        if self.hold_reply {
+            configured.await;
+        }
+        Ok(api::Empty::new())
+    }
+
+    async fn update_containers(
+        &self,
+        _: &TtrpcContext,
+        req: api::UpdateContainersRequest,
+    ) -> ttrpc::Result<api::UpdateContainersResponse> {
+        let Some(inner) = self.inner.upgrade() else {
+            return Err(ttrpc::Error::RpcStatus(get_status(Code::UNAVAILABLE, "runtime stopped")));
+        };
+        let failed_ids = {
+            let mut d = lock(&inner.data);
+            let mut failed = apply_updates(&mut d, &req.update);
+            for ev in &req.evict {
+                if d.containers.remove(&ev.container_id).is_none() {
+                    failed.push(ev.container_id.clone());
+                }
+            }
+            failed
+        };
+        let mut rpl = api::UpdateContainersResponse::new();
+        rpl.failed =
+            req.update.iter().filter(|u| failed_ids.contains(&u.container_id) && !u.ignore_failure).cloned().collect();
+        inner.record(HarnessEvent::Unsolicited {
+            plugin: lock(&self.name).clone(),
+            update: req.update,
+            evict: req.evict,
+            failed: failed_ids,
+        });
+        Ok(rpl)
+    }
+}
+
+async fn setup_plugin(inner: &Arc<Inner>, stream: tokio::net::UnixStream) {
+    let mux = Mux::new(stream);
+    let (conn1, conn2) = match (mux.open(PLUGIN_SERVICE_CONN), mux.open(RUNTIME_SERVICE_CONN)) {
+        (Ok(a), Ok(b)) => (a, b),
+        _ => return,
+    };
+    lock(&inner.connections).retain(|m| !m.is_closed());
+    lock(&inner.connections).push(mux.clone());
+    let (reg_tx, reg_rx) = tokio::sync::oneshot::channel();
+    let svc = Arc::new(RuntimeService {
+        inner: Arc::downgrade(inner),
+        registered: Mutex::new(Some(reg_tx)),
+        name: Mutex::new("??-plugin".into()),
+        configured: tokio::sync::Notify::new(),
+        hold_reply: inner.opts.configure_before_register_reply,
+    });
+    let listener = Listener::new(futures::stream::once(async move { Ok::<_, std::io::Error>(conn2) }));
+    let mut server =
+        ttrpc::r#async::Server::new().register_service(api::create_runtime(svc.clone())).add_listener(listener);
+    if server.start().await.is_err() {
+        mux.close();
+        return;
+    }
+    // Read only once the Runtime service is served (upstream's blocked read).
+    mux.start();
+    let client = api::PluginClient::new(ttrpc::r#async::Client::new(Socket::new(conn1)));
+
+    let drop_with = |reason: String| {
+        mux.close();
+        inner.record(HarnessEvent::Dropped { plugin: lock(&svc.name).clone(), reason });
+    };
+
+    let reg = tokio::select! {
+        r = reg_rx => r.ok(),
+        _ = mux.closed() => None,
+        _ = tokio::time::sleep(inner.opts.registration_timeout) => {
+            drop_with("plugin registration timed out".into());
+            return;
+        }
+    };
+    let Some(reg) = reg else {
+        drop_with("failed to register plugin, connection closed".into());
+        return;
+    };
+    let name = format!("{}-{}", reg.index, reg.name);
+    inner.record(HarnessEvent::Registered { plugin: name.clone(), nri_version: reg.nri_version.clone() });
+
+    let mut req = api::ConfigureRequest::new();
+    req.config = inner.opts.config.clone();
+    req.runtime_name = inner.opts.name.clone();
+    req.runtime_version = inner.opts.version.clone();
+    if inner.opts.send_timeouts {
+        req.registration_timeout = inner.opts.registration_timeout.as_millis() as i64;
+        req.request_timeout = inner.opts.request_timeout.as_millis() as i64;
+    }
+    if inner.opts.nri_version == NriVersion::V0_12 {
+        req.NRI_version = "v0.12.0".into();
+    }
+    let configured = client.configure(ctx(inner.opts.request_timeout), &req).await;
+    svc.configured.notify_waiters();
+    let events = match configured {
+        Ok(rpl) => EventMask::from_wire(rpl.events),
+        Err(e) => {
+            drop_with(format!("failed to configure plugin: {}", describe(e)));
+            return;
+        }
+    };
+    if events.unknown_bits() != 0 {
+        drop_with(format!("invalid plugin events: 0x{:x}", events.unknown_bits()));
+        return;
+    }
+    inner.record(HarnessEvent::Configured { plugin: name.clone(), events });
+
+    let conn = Arc::new(PluginConn {
+        name: name.clone(),
+        index: reg.index,
+        nri_version: reg.nri_version,
+        events,
+        client,
+        mux: mux.clone(),
+        reason: Mutex::new(None),
+    });
+    // Synchronize under the lifecycle lock, then join the plugin list.
+    {
+        let _l = inner.lifecycle.lock().await;
+        match inner.synchronize(&conn).await {
+            Ok((chunks, updates)) => {
+                {
+                    let mut d = lock(&inner.data);
+                    apply_updates(&mut d, &updates);
+                }
+                let mut plugins = lock(&inner.plugins);
+                plugins.push(conn.clone());
+                plugins.sort_by(|a, b| (&a.index, &a.name).cmp(&(&b.index, &b.name)));
+                drop(plugins);
+                inner.record(HarnessEvent::Synchronized { plugin: name.clone(), chunks, updates: updates.len() });
+            }
+            Err(why) => {
+                let reason = lock(&conn.reason).clone().unwrap_or(why);
+                drop_with(reason);
+                return;
+            }
+        }
+    }
+
+    // Watch the connection: when it closes, log why, keep the server until then.
+    let watcher = inner.clone();
+    tokio::spawn(async move {
+        conn.mux.closed().await;
+        drop(server);
+        let reason = lock(&conn.reason).clone().or_else(|| conn.mux.close_reason()).unwrap_or_default();
+        watcher.record(HarnessEvent::Dropped { plugin: conn.name.clone(), reason });
+        lock(&watcher.plugins).retain(|p| !Arc::ptr_eq(p, &conn));
+    });
+}
+
+fn describe(e: ttrpc::Error) -> String {
+    match classify(e) {
+        CallError::Fatal(m) => m,
+        CallError::Status(c, m) => format!("{c:?}: {m}"),
+    }
+}
