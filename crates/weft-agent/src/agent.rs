@@ -1,1 +1,347 @@
-//! (being written)
+//! The node's resource state shared by both enforcement modes: the [`ResourceManager`], the
+//! checkpoint behind it, the containers weft knows on this node, and where pod specs come from.
+//!
+//! Invariants (see ARCHITECTURE.md):
+//! - Every change to the allocations is checkpointed before it is acted on: an admit is stored
+//!   before RunPodSandbox answers (a failed store rolls the admit back and fails the sandbox), a
+//!   release is stored before the next admit can reuse its CPUs.
+//! - The lock over the state is a plain mutex never held across an `.await`; the slow parts (a
+//!   kubelet fetch) happen before it is taken.
+//! - At start the state is the checkpoint; the runtime's Synchronize (NRI) or the kubelet's pod
+//!   list (bypass) then releases what no longer runs and admits what runs without weft
+//!   ([`Manager::resync`]). So a crash between any two steps leaves neither a CPU given twice (the
+//!   checkpoint never holds an allocation the disk does not also hold) nor a leak (what the
+//!   checkpoint holds for a pod that never started is released at the next resync).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use k8s_openapi::api::core::v1::Pod;
+use thiserror::Error;
+
+use crate::checkpoint::{Checkpoint, CheckpointError};
+use crate::kubelet::PodSource;
+use crate::orm::{OrmState, ResourceManager};
+use crate::pod::{DeviceLocator, PodSpec, pod_devices};
+use crate::settings::ContainerSettings;
+
+/// Where the allocations are kept across restarts. [`Checkpoint`] is the real one; tests wrap it to
+/// stop at a chosen step.
+pub trait StateStore: Send + Sync {
+    /// The stored state; `Ok(None)` when there is none yet.
+    fn load(&self) -> Result<Option<OrmState>, CheckpointError>;
+    /// Replace the stored state atomically.
+    fn store(&self, state: &OrmState) -> Result<(), CheckpointError>;
+}
+
+impl StateStore for Checkpoint {
+    fn load(&self) -> Result<Option<OrmState>, CheckpointError> {
+        Checkpoint::load(self)
+    }
+    fn store(&self, state: &OrmState) -> Result<(), CheckpointError> {
+        Checkpoint::store(self, state)
+    }
+}
+
+/// Why the manager could not do what it was asked.
+#[derive(Debug, Error)]
+pub enum ManagerError {
+    /// Admission refused the pod (policy, capacity, bad input).
+    #[error("admitting pod {pod}: {reason}")]
+    Admit {
+        /// `namespace/name (uid)`.
+        pod: String,
+        /// Why.
+        reason: String,
+    },
+    /// The checkpoint could not be written; the change was rolled back.
+    #[error("pod {pod}: {source}; the allocation was rolled back")]
+    Checkpoint {
+        /// `namespace/name (uid)`.
+        pod: String,
+        /// The store error.
+        #[source]
+        source: CheckpointError,
+    },
+}
+
+/// A container weft knows on this node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrackedContainer {
+    /// Its pod's UID.
+    pub pod_uid: String,
+    /// Container name.
+    pub name: String,
+    /// Its cgroup, as the runtime reported it (NRI `cgroups_path`), where known.
+    pub cgroups_path: Option<String>,
+    /// The settings last enforced on it (adjustment, update or cgroup write).
+    pub applied: Option<ContainerSettings>,
+}
+
+/// Identity of a pod as the runtime reports it, used when the kubelet cannot say more.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodMeta {
+    /// Kubernetes pod UID.
+    pub uid: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Annotations.
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl PodMeta {
+    fn label(&self) -> String {
+        format!("{}/{} ({})", self.namespace, self.name, self.uid)
+    }
+}
+
+/// Pod specs by UID: the kubelet's pod list, cached, refetched on a miss (a pod the kubelet is
+/// about to start is in its list before its sandbox exists, as Katalyst's cache bypass relies on).
+pub struct PodCatalog {
+    source: Option<Arc<dyn PodSource>>,
+    cache: Mutex<HashMap<String, PodSpec>>,
+}
+
+impl PodCatalog {
+    /// A catalog over `source` (`None`: no kubelet; every pod is treated from the runtime's facts).
+    pub fn new(source: Option<Arc<dyn PodSource>>) -> PodCatalog {
+        PodCatalog { source, cache: Mutex::new(HashMap::new()) }
+    }
+
+    /// Replace the cache with `pods` (a fresh kubelet list); pods whose spec does not parse are
+    /// logged and left out.
+    pub fn replace(&self, pods: &[Pod]) {
+        let mut fresh = HashMap::new();
+        for pod in pods {
+            match PodSpec::from_pod(pod) {
+                Ok(spec) => {
+                    fresh.insert(spec.uid.clone(), spec);
+                }
+                Err(e) => tracing::warn!(error = %e, "kubelet pod list: skipping a pod"),
+            }
+        }
+        *lock(&self.cache) = fresh;
+    }
+
+    /// The spec of pod `uid`: from the cache, else from a fresh kubelet list. `None` when the kubelet
+    /// does not know it or cannot be reached (logged).
+    pub async fn spec(&self, uid: &str) -> Option<PodSpec> {
+        if let Some(spec) = lock(&self.cache).get(uid) {
+            return Some(spec.clone());
+        }
+        let source = self.source.as_ref()?;
+        match source.pods().await {
+            Ok(pods) => self.replace(&pods),
+            Err(e) => {
+                tracing::warn!(error = %e, pod_uid = uid, "kubelet pod list unavailable");
+                return None;
+            }
+        }
+        lock(&self.cache).get(uid).cloned()
+    }
+}
+
+/// The node's resource state.
+pub struct Manager {
+    state: Mutex<ManagerState>,
+    store: Arc<dyn StateStore>,
+    catalog: Arc<PodCatalog>,
+    locator: Arc<dyn DeviceLocator>,
+}
+
+struct ManagerState {
+    rm: ResourceManager,
+    containers: BTreeMap<String, TrackedContainer>,
+}
+
+/// What a resync did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Resync {
+    /// Pods released because they no longer run.
+    pub released: Vec<String>,
+    /// Pods admitted because they ran without weft.
+    pub admitted: Vec<String>,
+    /// Pods that run but could not be admitted (they keep running in the shared pool).
+    pub refused: Vec<(String, String)>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock cannot leave the state half-changed (every mutation is a
+    // single ResourceManager call that rolls back on failure), so a poisoned lock is still usable.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Manager {
+    /// A manager over `rm` (already restored from the checkpoint by the caller).
+    pub fn new(
+        rm: ResourceManager,
+        store: Arc<dyn StateStore>,
+        catalog: Arc<PodCatalog>,
+        locator: Arc<dyn DeviceLocator>,
+    ) -> Manager {
+        Manager { state: Mutex::new(ManagerState { rm, containers: BTreeMap::new() }), store, catalog, locator }
+    }
+
+    /// The pod-spec catalog.
+    pub fn catalog(&self) -> &Arc<PodCatalog> {
+        &self.catalog
+    }
+
+    /// Admit pod `meta.uid` (idempotent) and checkpoint. Without a spec from the kubelet the pod is
+    /// admitted into the shared pool from the runtime's facts (its annotations still give its
+    /// devices, so its environment and memory nodes follow them).
+    pub async fn admit(&self, meta: &PodMeta) -> Result<(), ManagerError> {
+        if self.is_admitted(&meta.uid) {
+            return Ok(());
+        }
+        let spec = match self.catalog.spec(&meta.uid).await {
+            Some(spec) => spec,
+            None => {
+                tracing::warn!(pod = %meta.label(), "no pod spec from the kubelet: admitting into the shared pool");
+                PodSpec::unknown(&meta.uid, &meta.namespace, &meta.name, meta.annotations.clone())
+            }
+        };
+        self.admit_spec(&spec)
+    }
+
+    /// Admit a pod whose spec is known (bypass mode reads it from the pod list) and checkpoint.
+    pub fn admit_spec(&self, spec: &PodSpec) -> Result<(), ManagerError> {
+        let label = format!("{}/{} ({})", spec.namespace, spec.name, spec.uid);
+        let devices = pod_devices(spec, self.locator.as_ref())
+            .map_err(|e| ManagerError::Admit { pod: label.clone(), reason: e.to_string() })?;
+        let mut st = lock(&self.state);
+        if st.rm.allocation(&spec.uid).is_some() {
+            return Ok(());
+        }
+        st.rm.admit(spec, &devices).map_err(|e| ManagerError::Admit { pod: label.clone(), reason: e.to_string() })?;
+        if let Err(source) = self.store.store(&st.rm.state()) {
+            st.rm.release(&spec.uid);
+            return Err(ManagerError::Checkpoint { pod: label, source });
+        }
+        tracing::info!(pod = %label, "admitted");
+        Ok(())
+    }
+
+    /// Release pod `uid` and forget its containers; checkpoint. Returns whether it was admitted.
+    pub fn release(&self, uid: &str) -> Result<bool, ManagerError> {
+        let mut st = lock(&self.state);
+        st.containers.retain(|_, c| c.pod_uid != uid);
+        if st.rm.release(uid).is_none() {
+            return Ok(false);
+        }
+        if let Err(source) = self.store.store(&st.rm.state()) {
+            // Keep the in-memory release: the CPUs are free in fact; the next successful store
+            // records it. Report it, since a crash now would bring the pod back until the resync.
+            tracing::error!(pod_uid = uid, error = %source, "checkpoint after release failed");
+            return Err(ManagerError::Checkpoint { pod: uid.to_string(), source });
+        }
+        tracing::info!(pod_uid = uid, "released");
+        Ok(true)
+    }
+
+    /// Whether pod `uid` is admitted.
+    pub fn is_admitted(&self, uid: &str) -> bool {
+        lock(&self.state).rm.allocation(uid).is_some()
+    }
+
+    /// UIDs of the admitted pods.
+    pub fn admitted(&self) -> BTreeSet<String> {
+        lock(&self.state).rm.pods().map(|p| p.uid.clone()).collect()
+    }
+
+    /// The settings container `name` of pod `uid` should have now; `None` when the pod is not
+    /// admitted.
+    pub fn settings(&self, uid: &str, name: &str) -> Option<ContainerSettings> {
+        lock(&self.state).rm.settings(uid, name)
+    }
+
+    /// Bring the state in line with the pods that run: release what is admitted but not in `live`,
+    /// admit what is in `live` but not admitted (a pod whose admission fails is reported and keeps
+    /// running unmanaged).
+    pub async fn resync(&self, live: &[PodMeta]) -> Resync {
+        let mut out = Resync::default();
+        let live_uids: BTreeSet<&str> = live.iter().map(|m| m.uid.as_str()).collect();
+        for uid in self.admitted() {
+            if !live_uids.contains(uid.as_str()) {
+                match self.release(&uid) {
+                    Ok(_) => out.released.push(uid),
+                    Err(e) => tracing::error!(error = %e, "resync release"),
+                }
+            }
+        }
+        for meta in live {
+            if self.is_admitted(&meta.uid) {
+                continue;
+            }
+            match self.admit(meta).await {
+                Ok(()) => out.admitted.push(meta.uid.clone()),
+                Err(e) => out.refused.push((meta.uid.clone(), e.to_string())),
+            }
+        }
+        out
+    }
+
+    /// Record (or refresh) a container.
+    pub fn track(&self, id: &str, pod_uid: &str, name: &str, cgroups_path: Option<String>) {
+        let mut st = lock(&self.state);
+        let entry = st.containers.entry(id.to_string()).or_insert_with(|| TrackedContainer {
+            pod_uid: pod_uid.to_string(),
+            name: name.to_string(),
+            cgroups_path: None,
+            applied: None,
+        });
+        if cgroups_path.is_some() {
+            entry.cgroups_path = cgroups_path;
+        }
+    }
+
+    /// Record that `settings` were enforced on container `id`.
+    pub fn mark_applied(&self, id: &str, settings: &ContainerSettings) {
+        if let Some(c) = lock(&self.state).containers.get_mut(id) {
+            c.applied = Some(settings.clone());
+        }
+    }
+
+    /// Forget what was enforced on container `id`, so [`Manager::stale`] reports it again.
+    pub fn forget_applied(&self, id: &str) {
+        if let Some(c) = lock(&self.state).containers.get_mut(id) {
+            c.applied = None;
+        }
+    }
+
+    /// Forget container `id`.
+    pub fn untrack(&self, id: &str) {
+        lock(&self.state).containers.remove(id);
+    }
+
+    /// Forget every container (a new NRI session reports them all again).
+    pub fn untrack_all(&self) {
+        lock(&self.state).containers.clear();
+    }
+
+    /// The tracked containers.
+    pub fn containers(&self) -> BTreeMap<String, TrackedContainer> {
+        lock(&self.state).containers.clone()
+    }
+
+    /// Containers whose wanted settings differ from what was last enforced on them (the shared
+    /// pool moved, or they were never set), with the wanted settings. Containers of pods that are
+    /// not admitted are skipped.
+    pub fn stale(&self) -> Vec<(String, ContainerSettings)> {
+        let st = lock(&self.state);
+        st.containers
+            .iter()
+            .filter_map(|(id, c)| {
+                let want = st.rm.settings(&c.pod_uid, &c.name)?;
+                (c.applied.as_ref() != Some(&want)).then(|| (id.clone(), want))
+            })
+            .collect()
+    }
+
+    /// A snapshot of the allocations (for status output and tests).
+    pub fn state(&self) -> OrmState {
+        lock(&self.state).rm.state()
+    }
+}

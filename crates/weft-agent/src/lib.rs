@@ -5,7 +5,7 @@
 //!
 //! Pure decision code: [`pod`], [`policy`], [`cpus`], [`orm`], [`settings`]. I/O at the edges:
 //! [`checkpoint`] (atomic state file), [`kubelet`] (pod list), [`cgroup`] (cgroup v1/v2 files),
-//! [`nri`] (the NRI handler), [`bypass`] (the polling loop), [`agent`] (mode selection).
+//! [`nri`] (the NRI handler), [`bypass`] (the polling loop), [`agent`] (the shared node state), [`service`] (mode selection).
 
 pub mod agent;
 pub mod bypass;
@@ -17,4 +17,5 @@ pub mod nri;
 pub mod orm;
 pub mod pod;
 pub mod policy;
+pub mod service;
 pub mod settings;

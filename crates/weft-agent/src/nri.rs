@@ -1,1 +1,305 @@
-//! (being written)
+//! NRI mode: the resource manager as an NRI plugin. The runtime calls it synchronously in each
+//! pod's and container's life, so settings are in place before the container's process starts.
+//!
+//! | NRI call | What weft does |
+//! |---|---|
+//! | Synchronize | release pods that no longer exist, admit pods that run without weft, track every container and answer updates for those whose settings differ |
+//! | RunPodSandbox | admit (allocate + checkpoint); an error fails the sandbox with the reason |
+//! | CreateContainer | adjustment: cpuset cpus/mems, CFS quota/period, memory limit, `memory.high` (cgroup v2 only, through `unified`), env; plus updates moving shared-pool containers off CPUs that just became exclusive |
+//! | UpdateContainer | re-assert weft's cpuset and limits over what the kubelet asked |
+//! | RemovePodSandbox | release + checkpoint |
+//! | RemoveContainer | forget the container |
+//!
+//! The reconcile loop ([`reconcile_once`]) sends `UpdateContainers` for every tracked container whose
+//! wanted settings moved (the shared pool grows and shrinks as exclusive pods come and go).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use protobuf::MessageField;
+use weft_nri::api;
+use weft_nri::event::{Event, EventMask};
+use weft_nri::plugin::{ContainerCreation, Handler, HandlerError, RuntimeHandle, RuntimeInfo};
+
+use crate::agent::{Manager, PodMeta};
+use crate::settings::ContainerSettings;
+
+/// The events weft subscribes to.
+pub fn subscription() -> EventMask {
+    [
+        Event::RunPodSandbox,
+        Event::StopPodSandbox,
+        Event::RemovePodSandbox,
+        Event::CreateContainer,
+        Event::UpdateContainer,
+        Event::RemoveContainer,
+    ]
+    .into_iter()
+    .collect()
+}
+
+/// How settings are turned into NRI messages on this node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Translation {
+    /// The node runs cgroup v2, so `memory.high` can travel in `unified` (runc rejects unified
+    /// keys on cgroup v1).
+    pub unified: bool,
+}
+
+/// The adjustment that gives a container `s`.
+pub fn adjustment(s: &ContainerSettings, t: Translation) -> api::ContainerAdjustment {
+    let mut linux = api::LinuxContainerAdjustment::new();
+    linux.resources = MessageField::some(resources(s, t));
+    let mut adj = api::ContainerAdjustment::new();
+    adj.linux = MessageField::some(linux);
+    adj.env = s
+        .env
+        .iter()
+        .map(|(k, v)| {
+            let mut kv = api::KeyValue::new();
+            kv.key = k.clone();
+            kv.value = v.clone();
+            kv
+        })
+        .collect();
+    adj
+}
+
+/// The update that gives running container `id` the resources of `s` (env cannot change after
+/// start).
+pub fn update(id: &str, s: &ContainerSettings, t: Translation) -> api::ContainerUpdate {
+    let mut linux = api::LinuxContainerUpdate::new();
+    linux.resources = MessageField::some(resources(s, t));
+    let mut u = api::ContainerUpdate::new();
+    u.container_id = id.to_string();
+    u.linux = MessageField::some(linux);
+    u
+}
+
+fn resources(s: &ContainerSettings, t: Translation) -> api::LinuxResources {
+    let mut cpu = api::LinuxCPU::new();
+    cpu.cpus = s.cpus.to_string();
+    cpu.mems = s.mems.to_string();
+    if let Some(q) = s.cpu_quota {
+        cpu.quota = MessageField::some(opt_i64(q));
+    }
+    if let Some(p) = s.cpu_period {
+        let mut v = api::OptionalUInt64::new();
+        v.value = p;
+        cpu.period = MessageField::some(v);
+    }
+    let mut res = api::LinuxResources::new();
+    res.cpu = MessageField::some(cpu);
+    if let Some(limit) = s.memory_limit {
+        let mut mem = api::LinuxMemory::new();
+        mem.limit = MessageField::some(opt_i64(limit));
+        res.memory = MessageField::some(mem);
+    }
+    if let (Some(high), true) = (s.memory_high, t.unified) {
+        res.unified.insert("memory.high".to_string(), high.to_string());
+    }
+    res
+}
+
+fn opt_i64(v: i64) -> api::OptionalInt64 {
+    let mut o = api::OptionalInt64::new();
+    o.value = v;
+    o
+}
+
+/// What of `want` container `c` already has, by the runtime's report (cpuset, quota, period,
+/// memory limit). Used at Synchronize to update only containers that differ.
+pub fn matches(c: &api::Container, want: &ContainerSettings) -> bool {
+    let Some(res) = c.linux.as_ref().and_then(|l| l.resources.as_ref()) else { return false };
+    let Some(cpu) = res.cpu.as_ref() else { return false };
+    let same_set = |have: &str, want: &weft_topology::CpuSet| {
+        have.parse::<weft_topology::CpuSet>().map(|h| &h == want).unwrap_or(false)
+    };
+    if !same_set(&cpu.cpus, &want.cpus) || !same_set(&cpu.mems, &want.mems) {
+        return false;
+    }
+    if let Some(q) = want.cpu_quota
+        && cpu.quota.as_ref().map(|o| o.value) != Some(q)
+    {
+        return false;
+    }
+    if let Some(p) = want.cpu_period
+        && cpu.period.as_ref().map(|o| o.value) != Some(p)
+    {
+        return false;
+    }
+    if let Some(l) = want.memory_limit {
+        let have = res.memory.as_ref().and_then(|m| m.limit.as_ref()).map(|o| o.value);
+        if have != Some(l) {
+            return false;
+        }
+    }
+    true
+}
+
+fn meta(pod: &api::PodSandbox) -> PodMeta {
+    PodMeta {
+        uid: pod.uid.clone(),
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
+        annotations: pod.annotations.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+    }
+}
+
+fn cgroups_path(c: &api::Container) -> Option<String> {
+    c.linux.as_ref().map(|l| l.cgroups_path.clone()).filter(|p| !p.is_empty())
+}
+
+/// The NRI handler over a [`Manager`].
+pub struct NriHandler {
+    manager: Arc<Manager>,
+    translation: Translation,
+}
+
+impl NriHandler {
+    /// A handler enforcing `manager`'s decisions.
+    pub fn new(manager: Arc<Manager>, translation: Translation) -> NriHandler {
+        NriHandler { manager, translation }
+    }
+
+    /// Updates for every tracked container other than `except` whose wanted settings moved.
+    fn stale_updates(&self, except: Option<&str>) -> Vec<api::ContainerUpdate> {
+        let mut out = Vec::new();
+        for (id, want) in self.manager.stale() {
+            if Some(id.as_str()) == except {
+                continue;
+            }
+            out.push(update(&id, &want, self.translation));
+            self.manager.mark_applied(&id, &want);
+        }
+        out
+    }
+}
+
+fn handler_error(e: impl std::fmt::Display) -> HandlerError {
+    HandlerError::new(e.to_string())
+}
+
+#[async_trait]
+impl Handler for NriHandler {
+    fn events(&self) -> EventMask {
+        subscription()
+    }
+
+    async fn configure(&self, runtime: &RuntimeInfo) -> Result<(), HandlerError> {
+        tracing::info!(
+            runtime = %runtime.name,
+            version = %runtime.version,
+            request_timeout_ms = runtime.request_timeout.as_millis() as u64,
+            "NRI runtime configured us"
+        );
+        Ok(())
+    }
+
+    async fn synchronize(
+        &self,
+        pods: Vec<api::PodSandbox>,
+        containers: Vec<api::Container>,
+    ) -> Result<Vec<api::ContainerUpdate>, HandlerError> {
+        let live: Vec<PodMeta> = pods.iter().map(meta).collect();
+        let outcome = self.manager.resync(&live).await;
+        for (uid, why) in &outcome.refused {
+            tracing::warn!(pod_uid = %uid, reason = %why, "running pod could not be admitted; it stays in the shared pool");
+        }
+        tracing::info!(
+            pods = pods.len(),
+            containers = containers.len(),
+            released = outcome.released.len(),
+            admitted = outcome.admitted.len(),
+            "synchronized"
+        );
+        self.manager.untrack_all();
+        let uid_of: std::collections::HashMap<&str, &str> =
+            pods.iter().map(|p| (p.id.as_str(), p.uid.as_str())).collect();
+        let mut updates = Vec::new();
+        for c in &containers {
+            let Some(uid) = uid_of.get(c.pod_sandbox_id.as_str()) else { continue };
+            self.manager.track(&c.id, uid, &c.name, cgroups_path(c));
+            let Some(want) = self.manager.settings(uid, &c.name) else { continue };
+            if !matches(c, &want) {
+                updates.push(update(&c.id, &want, self.translation));
+            }
+            self.manager.mark_applied(&c.id, &want);
+        }
+        Ok(updates)
+    }
+
+    async fn run_pod_sandbox(&self, pod: api::PodSandbox) -> Result<(), HandlerError> {
+        self.manager.admit(&meta(&pod)).await.map_err(handler_error)
+    }
+
+    async fn stop_pod_sandbox(&self, _pod: api::PodSandbox) -> Result<(), HandlerError> {
+        // The CPUs stay the pod's until RemovePodSandbox: a stopped sandbox can still be restarted
+        // by the kubelet with the same UID.
+        Ok(())
+    }
+
+    async fn remove_pod_sandbox(&self, pod: api::PodSandbox) -> Result<(), HandlerError> {
+        self.manager.release(&pod.uid).map(|_| ()).map_err(handler_error)
+    }
+
+    async fn create_container(
+        &self,
+        pod: api::PodSandbox,
+        container: api::Container,
+    ) -> Result<ContainerCreation, HandlerError> {
+        let m = meta(&pod);
+        // A pod whose sandbox started before weft connected: admit it now.
+        self.manager.admit(&m).await.map_err(handler_error)?;
+        let Some(want) = self.manager.settings(&m.uid, &container.name) else {
+            return Ok(ContainerCreation::default());
+        };
+        self.manager.track(&container.id, &m.uid, &container.name, cgroups_path(&container));
+        self.manager.mark_applied(&container.id, &want);
+        Ok(ContainerCreation {
+            adjust: Some(adjustment(&want, self.translation)),
+            update: self.stale_updates(Some(&container.id)),
+            evict: Vec::new(),
+        })
+    }
+
+    async fn update_container(
+        &self,
+        pod: api::PodSandbox,
+        container: api::Container,
+        _resources: Option<api::LinuxResources>,
+    ) -> Result<Vec<api::ContainerUpdate>, HandlerError> {
+        let Some(want) = self.manager.settings(&pod.uid, &container.name) else { return Ok(Vec::new()) };
+        self.manager.track(&container.id, &pod.uid, &container.name, cgroups_path(&container));
+        self.manager.mark_applied(&container.id, &want);
+        Ok(vec![update(&container.id, &want, self.translation)])
+    }
+
+    async fn remove_container(&self, _pod: api::PodSandbox, container: api::Container) -> Result<(), HandlerError> {
+        self.manager.untrack(&container.id);
+        Ok(())
+    }
+}
+
+/// One reconcile pass in NRI mode: send `UpdateContainers` for every container whose wanted
+/// settings moved. Containers the runtime reports as failed are marked stale again. Returns how
+/// many updates were sent.
+pub async fn reconcile_once(manager: &Manager, runtime: &RuntimeHandle, t: Translation) -> Result<usize, String> {
+    let stale = manager.stale();
+    if stale.is_empty() {
+        return Ok(0);
+    }
+    let updates: Vec<api::ContainerUpdate> = stale.iter().map(|(id, s)| update(id, s, t)).collect();
+    let failed = runtime.update_containers(updates, Vec::new()).await.map_err(|e| e.to_string())?;
+    let failed_ids: std::collections::BTreeSet<String> = failed.iter().map(|u| u.container_id.clone()).collect();
+    for (id, s) in &stale {
+        if failed_ids.contains(id) {
+            // Gone, or not the runtime's any more: the next Synchronize tracks it again if it runs.
+            tracing::warn!(container = %id, "runtime could not update container; no longer tracked");
+            manager.untrack(id);
+        } else {
+            manager.mark_applied(id, s);
+        }
+    }
+    Ok(stale.len() - failed_ids.len())
+}

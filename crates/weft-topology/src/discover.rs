@@ -24,7 +24,8 @@ pub use gpu::{
 pub use nvml::NvmlLib;
 pub use pci::{PciPath, normalize_pci_bus_id};
 pub use sysfs::{
-    DiscoveredNic, PciDeviceInfo, SysfsRoot, read_boot_id, read_cpu_topology, read_hostname, read_nics, read_pci_device,
+    DiscoveredNic, PciDeviceInfo, SysfsRoot, read_boot_id, read_cpu_layout, read_cpu_topology, read_hostname,
+    read_nics, read_pci_device,
 };
 
 use crate::error::TopologyError;

@@ -4,6 +4,7 @@
 //!
 //! Everything here except [`discover`] is pure: text in, model out.
 
+pub mod cpu_layout;
 pub mod cpuset;
 pub mod discover;
 pub mod error;
@@ -13,6 +14,7 @@ pub mod reference;
 pub mod render;
 pub mod smi;
 
+pub use cpu_layout::{CpuInfo, CpuLayout};
 pub use cpuset::CpuSet;
 pub use error::TopologyError;
 pub use inventory::{Inventory, parse_node, read_node_file};

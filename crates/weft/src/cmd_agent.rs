@@ -1,5 +1,8 @@
-//! `weft agent`: the node agent (DaemonSet). Today it keeps the node's GPU topology annotation
-//! current; the NRI resource manager joins it later.
+//! `weft agent`: the node agent (DaemonSet). Two duties, each optional:
+//! - keep the node's GPU topology annotation current (`--publish-topology`, on by default);
+//! - the resource manager (`--mode nri|bypass|auto`, off by default): admit pods, give Guaranteed
+//!   integer-CPU pods exclusive CPUs aligned with their devices, and enforce it through NRI or by
+//!   writing cgroup files (crate `weft-agent`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -7,29 +10,70 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::Args;
+use clap::{Args, ValueEnum};
+use weft_agent::cgroup::{CgroupDriver, CgroupHierarchy, CgroupLayout, ContainerRuntime};
+use weft_agent::kubelet::{KubeletClient, KubeletConfig, PodSource};
+use weft_agent::orm::OrmConfig;
+use weft_agent::pod::SysfsLocator;
+use weft_agent::policy::TopologyPolicy;
+use weft_agent::service::{self, Mode, ServiceConfig};
 use weft_k8s::node_agent::{Discover, PublisherConfig, PublisherMetrics, keep_topology_published};
 use weft_k8s::ops::{self, Ops};
 use weft_k8s::write::RetryPolicy;
-use weft_topology::read_node_file;
+use weft_nri::plugin::PluginOptions;
+use weft_topology::discover::{SysfsRoot, read_cpu_layout};
+use weft_topology::model::uniform_node;
+use weft_topology::{CpuSet, NodeTopology, PairLink, read_node_file};
 
 use crate::cmd_topo::{DiscoverArgs, discover_node};
 use crate::kube_args::{KubeArgs, OpsArgs};
+
+/// Resource-manager mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ModeArg {
+    /// No resource manager (topology publishing only).
+    Off,
+    /// NRI plugin: synchronous, with environment injection.
+    Nri,
+    /// Poll the kubelet and write cgroup files.
+    Bypass,
+    /// NRI when the socket answers, bypass until it does.
+    Auto,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum DriverArg {
+    Cgroupfs,
+    Systemd,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum RuntimeArg {
+    Containerd,
+    CriO,
+    Docker,
+}
 
 #[derive(Args, Debug)]
 pub struct AgentArgs {
     /// This node's name (the DaemonSet sets NODE_NAME from `spec.nodeName`).
     #[arg(long, env = "NODE_NAME")]
     node: String,
-    /// Publish this topology file instead of discovering (for nodes NVML cannot describe).
+    /// Publish this topology file instead of discovering (for nodes NVML cannot describe). Also the
+    /// GPU NUMA map of the resource manager.
     #[arg(long, value_name = "FILE")]
     topology: Option<PathBuf>,
     /// Re-discover and re-publish this often, seconds.
     #[arg(long, default_value_t = 300, value_name = "SECONDS")]
     interval: u64,
+    /// Keep the node's `weft.io/gpu-topology` annotation current (needs the API server).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    publish_topology: bool,
     /// Field manager recorded on the writes.
     #[arg(long, default_value = "weft-agent")]
     field_manager: String,
+    #[command(flatten)]
+    orm: OrmArgs,
     #[command(flatten)]
     kube: KubeArgs,
     #[command(flatten)]
@@ -38,9 +82,151 @@ pub struct AgentArgs {
     discover: DiscoverArgs,
 }
 
+/// The resource manager's settings.
+#[derive(Args, Debug)]
+pub struct OrmArgs {
+    /// Resource manager: off, nri, bypass or auto (NRI when the socket answers, else bypass until
+    /// it does).
+    #[arg(long, value_enum, default_value = "off")]
+    mode: ModeArg,
+    /// Topology Manager policy: none, best-effort, restricted or single-numa-node.
+    #[arg(long, default_value = "best-effort", value_name = "POLICY")]
+    topology_policy: TopologyPolicy,
+    /// CPUs kept for the system: never exclusive, always in the shared pool (`0-1,64-65`).
+    #[arg(long, default_value = "", value_name = "CPUS")]
+    reserved_cpus: CpuSet,
+    /// CFS period for the containers' quota, µs.
+    #[arg(long, default_value_t = weft_agent::settings::DEFAULT_CFS_PERIOD_US, value_name = "US")]
+    cfs_period_us: u64,
+    /// Set `memory.high` to this percentage of the memory limit for Burstable containers (cgroup
+    /// v2 only).
+    #[arg(long, value_name = "PERCENT", value_parser = clap::value_parser!(u8).range(1..=100))]
+    memory_high_percent: Option<u8>,
+    /// Align memory with the NUMA placement too (memory requests count against each node).
+    #[arg(long)]
+    align_memory: bool,
+    /// Checkpoint of the allocations.
+    #[arg(long, default_value = "/var/lib/weft/orm-checkpoint.json", value_name = "FILE")]
+    checkpoint: PathBuf,
+    /// The runtime's NRI socket. When the runtime launches weft itself (NRI_PLUGIN_SOCKET set),
+    /// the inherited socket is used instead.
+    #[arg(long, default_value = weft_nri::plugin::DEFAULT_SOCKET_PATH, value_name = "PATH")]
+    nri_socket: PathBuf,
+    /// NRI plugin name.
+    #[arg(long, default_value = "weft", value_name = "NAME")]
+    nri_plugin_name: String,
+    /// NRI plugin index (two digits; plugins run in ascending index order).
+    #[arg(long, default_value = "10", value_name = "NN")]
+    nri_plugin_index: String,
+    /// Answer the NRI v0.12 per-event calls UNIMPLEMENTED, as a pre-v0.12 plugin (the runtime then
+    /// sends them through StateChange).
+    #[arg(long)]
+    nri_legacy_events: bool,
+    /// The kubelet's API: the read-only port (`http://127.0.0.1:10255`) or the authenticated one
+    /// (`https://127.0.0.1:10250` with a token).
+    #[arg(long, default_value = "http://127.0.0.1:10255", value_name = "URL")]
+    kubelet_endpoint: String,
+    /// Bearer token file for the kubelet (re-read on every request).
+    #[arg(long, value_name = "FILE")]
+    kubelet_token_file: Option<PathBuf>,
+    /// CA bundle for the kubelet's serving certificate.
+    #[arg(long, value_name = "FILE")]
+    kubelet_ca_file: Option<PathBuf>,
+    /// Accept any kubelet serving certificate (kubelets often serve a self-signed one).
+    #[arg(long)]
+    kubelet_insecure_skip_verify: bool,
+    /// Do not ask the kubelet for pod specs (NRI mode only: every pod runs in the shared pool).
+    #[arg(long)]
+    no_kubelet: bool,
+    /// cgroup mount root.
+    #[arg(long, default_value = "/sys/fs/cgroup", value_name = "DIR")]
+    cgroup_root: PathBuf,
+    /// The kubelet's cgroup driver (bypass mode's container paths).
+    #[arg(long, value_enum, default_value = "systemd")]
+    cgroup_driver: DriverArg,
+    /// The container runtime (bypass mode's systemd scope names).
+    #[arg(long, value_enum, default_value = "containerd")]
+    container_runtime: RuntimeArg,
+    /// Reconcile (NRI) or poll (bypass) period, seconds.
+    #[arg(long, default_value_t = 5, value_name = "SECONDS")]
+    reconcile_period: u64,
+}
+
+fn service_config(a: &AgentArgs, topology: Option<NodeTopology>) -> anyhow::Result<ServiceConfig> {
+    let o = &a.orm;
+    let mode = match o.mode {
+        ModeArg::Off => anyhow::bail!("internal: no resource manager in mode off"),
+        ModeArg::Nri => Mode::Nri,
+        ModeArg::Bypass => Mode::Bypass,
+        ModeArg::Auto => Mode::Auto,
+    };
+    if o.reconcile_period == 0 {
+        anyhow::bail!("--reconcile-period must be at least 1 second");
+    }
+    let sysfs = SysfsRoot::new(a.discover.root());
+    let layout = read_cpu_layout(&sysfs).context("reading this node's CPU layout")?;
+    let topology = topology.unwrap_or_else(|| uniform_node("", 0, PairLink::default()));
+    let locator = Arc::new(SysfsLocator::new(sysfs, &topology));
+    let kubelet: Option<Arc<dyn PodSource>> = if o.no_kubelet {
+        if mode != Mode::Nri {
+            anyhow::bail!("--no-kubelet works only with --mode nri: bypass reads the kubelet's pod list");
+        }
+        None
+    } else {
+        let cfg = KubeletConfig {
+            endpoint: o.kubelet_endpoint.clone(),
+            token_file: o.kubelet_token_file.clone(),
+            ca_file: o.kubelet_ca_file.clone(),
+            insecure_skip_verify: o.kubelet_insecure_skip_verify,
+            ..KubeletConfig::default()
+        };
+        Some(Arc::new(KubeletClient::new(&cfg).context("kubelet client")?))
+    };
+    let cgroups = match CgroupHierarchy::detect(&o.cgroup_root) {
+        Ok(h) => Some(h),
+        Err(e) if mode == Mode::Nri => {
+            tracing::warn!(error = %e, "no cgroup hierarchy: NRI reconcile will not see drift");
+            None
+        }
+        Err(e) => return Err(e).context("bypass mode writes cgroup files"),
+    };
+    let driver = match o.cgroup_driver {
+        DriverArg::Cgroupfs => CgroupDriver::Cgroupfs,
+        DriverArg::Systemd => CgroupDriver::Systemd,
+    };
+    let runtime = match o.container_runtime {
+        RuntimeArg::Containerd => ContainerRuntime::Containerd,
+        RuntimeArg::CriO => ContainerRuntime::CriO,
+        RuntimeArg::Docker => ContainerRuntime::Docker,
+    };
+    let mut nri = PluginOptions::from_env_or(&o.nri_plugin_name, &o.nri_plugin_index, &o.nri_socket)?;
+    nri.legacy_events = o.nri_legacy_events;
+    Ok(ServiceConfig {
+        mode,
+        layout,
+        orm: OrmConfig {
+            reserved: o.reserved_cpus.clone(),
+            policy: o.topology_policy,
+            cfs_period_us: o.cfs_period_us,
+            memory_high_percent: o.memory_high_percent,
+            align_memory: o.align_memory,
+        },
+        locator,
+        checkpoint: o.checkpoint.clone(),
+        nri,
+        kubelet,
+        cgroups,
+        cgroup_layout: CgroupLayout::new(driver, runtime),
+        period: Duration::from_secs(o.reconcile_period),
+    })
+}
+
 pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     if a.interval == 0 {
         anyhow::bail!("--interval must be at least 1 second");
+    }
+    if !a.publish_topology && a.orm.mode == ModeArg::Off {
+        anyhow::bail!("nothing to do: --publish-topology=false and --mode off");
     }
     let discover: Discover = match a.topology.clone() {
         Some(path) => Arc::new(move || read_node_file(&path).map_err(|e| e.to_string())),
@@ -55,28 +241,65 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
             })
         }
     };
-    let cfg = PublisherConfig {
-        node: a.node.clone(),
-        field_manager: a.field_manager.clone(),
-        interval: Duration::from_secs(a.interval),
-        retry: RetryPolicy::default(),
+    let service = if a.orm.mode == ModeArg::Off {
+        None
+    } else {
+        // The GPU NUMA map for alignment: one discovery at start (cached on disk).
+        let topology = match discover() {
+            Ok(t) => Some(t),
+            Err(e) => {
+                tracing::warn!(error = %e, "no GPU topology: GPUs will not take part in NUMA alignment");
+                None
+            }
+        };
+        Some(service_config(&a, topology)?)
     };
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     rt.block_on(async move {
         let shutdown = ops::shutdown_on_signals();
-        let client = a.kube.client().await?;
         let mut registry = ops::registry();
         let metrics = PublisherMetrics::register(&mut registry);
         let ops = Ops::new(registry);
-        let ready = Arc::new(AtomicBool::new(false));
-        let r = ready.clone();
-        ops.add_readiness_check("topology published", move || r.load(Ordering::Acquire));
+        let mut tasks = Vec::new();
+        if let Some(cfg) = service {
+            eprintln!("weft agent on node {}: resource manager in mode {:?}", a.node, a.orm.mode);
+            let sd = shutdown.clone();
+            tasks.push(tokio::spawn(async move {
+                let r = service::run(cfg, sd.clone()).await.context("resource manager");
+                sd.cancel();
+                r
+            }));
+        }
+        if a.publish_topology {
+            let client = a.kube.client().await?;
+            let ready = Arc::new(AtomicBool::new(false));
+            let r = ready.clone();
+            ops.add_readiness_check("topology published", move || r.load(Ordering::Acquire));
+            let cfg = PublisherConfig {
+                node: a.node.clone(),
+                field_manager: a.field_manager.clone(),
+                interval: Duration::from_secs(a.interval),
+                retry: RetryPolicy::default(),
+            };
+            eprintln!("weft agent on node {}: publishing {} every {} s", a.node, weft_k8s::TOPOLOGY_ANNOTATION, a.interval);
+            let sd = shutdown.clone();
+            tasks.push(tokio::spawn(async move {
+                keep_topology_published(client, cfg, discover, metrics, ready, sd.clone()).await;
+                sd.cancel();
+                Ok(())
+            }));
+        }
         let ops_task = a.ops.serve(ops, shutdown.clone()).await?;
-        eprintln!("weft agent on node {}: publishing {} every {} s", a.node, weft_k8s::TOPOLOGY_ANNOTATION, a.interval);
-        keep_topology_published(client, cfg, discover, metrics, ready, shutdown.clone()).await;
+        let mut result = Ok(());
+        for t in tasks {
+            let r = t.await.context("agent task")?;
+            if result.is_ok() {
+                result = r;
+            }
+        }
         shutdown.cancel();
         ops_task.await.context("ops endpoint task")?.context("serving the ops endpoint")?;
         eprintln!("weft agent stopped");
-        Ok(())
+        result
     })
 }

@@ -141,6 +141,13 @@ fn publish(a: PublishArgs) -> anyhow::Result<()> {
 }
 
 /// Run discovery with the command's options (shared with `weft topo publish`).
+impl DiscoverArgs {
+    /// Root of the sys/ and proc/ trees.
+    pub fn root(&self) -> &std::path::Path {
+        &self.root
+    }
+}
+
 pub fn discover_node(a: &DiscoverArgs) -> anyhow::Result<weft_topology::discover::Discovery> {
     let opts = DiscoverOptions {
         root: SysfsRoot::new(a.root.clone()),

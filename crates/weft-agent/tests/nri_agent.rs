@@ -1,0 +1,531 @@
+//! The resource manager as an NRI plugin, end to end: weft's handler and plugin runtime against
+//! the containerd-like harness runtime over a real unix socket. Faults: a crash between admit and
+//! checkpoint, a restart that finds pods changed, the socket dropped mid-Synchronize, a slow
+//! handler. No sleeps, no timed assertions: waits are on harness events under a hang guard.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::Pod;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use weft_agent::agent::{Manager, PodCatalog, StateStore};
+use weft_agent::checkpoint::{Checkpoint, CheckpointError};
+use weft_agent::kubelet::{KubeletError, PodSource};
+use weft_agent::nri::{NriHandler, Translation, reconcile_once};
+use weft_agent::orm::{OrmConfig, OrmState, ResourceManager};
+use weft_agent::pod::DeviceLocator;
+use weft_agent::policy::TopologyPolicy;
+use weft_nri::api;
+use weft_nri::plugin::{self, PluginOptions, RuntimeHandle, SocketSource};
+use weft_nri_harness::{HarnessEvent, NriVersion, Runtime, RuntimeError, RuntimeOptions};
+use weft_topology::{CpuLayout, CpuSet};
+
+async fn guard<T>(f: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(30), f).await.expect("test hung")
+}
+
+/// The kubelet's pod list, changed by the test; optionally blocking until released (a slow
+/// kubelet makes a slow RunPodSandbox).
+#[derive(Default)]
+struct Kubelet {
+    pods: Mutex<Vec<Pod>>,
+    block: Mutex<Option<Arc<Notify>>>,
+}
+
+impl Kubelet {
+    fn add(&self, pod: Pod) {
+        self.pods.lock().unwrap().push(pod);
+    }
+}
+
+#[async_trait]
+impl PodSource for Kubelet {
+    async fn pods(&self) -> Result<Vec<Pod>, KubeletError> {
+        let block = self.block.lock().unwrap().clone();
+        if let Some(n) = block {
+            n.notified().await;
+        }
+        Ok(self.pods.lock().unwrap().clone())
+    }
+}
+
+/// GPUs 0-3 on NUMA 0, 4-7 on NUMA 1.
+struct Gpus;
+impl DeviceLocator for Gpus {
+    fn gpu_numa(&self, index: u32) -> Option<u32> {
+        Some(if index < 4 { 0 } else { 1 })
+    }
+    fn pci_numa(&self, _address: &str) -> Option<u32> {
+        None
+    }
+    fn pci_rdma_device(&self, _address: &str) -> Option<String> {
+        None
+    }
+}
+
+/// A checkpoint that can "freeze" the process at the next store, before or after writing: the
+/// store never returns, as a process stopped there and then killed.
+struct Freezable {
+    inner: Checkpoint,
+    freeze: Mutex<Option<Freeze>>,
+    frozen: Notify,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Freeze {
+    BeforeWrite,
+    AfterWrite,
+}
+
+impl StateStore for Freezable {
+    fn load(&self) -> Result<Option<OrmState>, CheckpointError> {
+        self.inner.load()
+    }
+    fn store(&self, state: &OrmState) -> Result<(), CheckpointError> {
+        let f = self.freeze.lock().unwrap().take();
+        if f == Some(Freeze::AfterWrite) {
+            self.inner.store(state)?;
+        }
+        if f.is_some() {
+            self.frozen.notify_one();
+            // Frozen for good: this thread is the "killed" process's.
+            loop {
+                std::thread::park();
+            }
+        }
+        self.inner.store(state)
+    }
+}
+
+fn layout() -> CpuLayout {
+    // 2 sockets × 1 NUMA × 4 cores × 2 threads: NUMA 0 = 0-3,8-11, NUMA 1 = 4-7,12-15.
+    CpuLayout::synthetic(2, 1, 4, 2).unwrap()
+}
+
+fn orm_config(policy: TopologyPolicy) -> OrmConfig {
+    OrmConfig { reserved: "0,8".parse().unwrap(), policy, ..OrmConfig::default() }
+}
+
+fn k8s_pod(uid: &str, name: &str, cpu: &str, mem: &str, guaranteed: bool, gpus: Option<&str>) -> Pod {
+    let resources = if guaranteed {
+        serde_json::json!({"requests": {"cpu": cpu, "memory": mem}, "limits": {"cpu": cpu, "memory": mem}})
+    } else {
+        serde_json::json!({"requests": {"cpu": cpu, "memory": mem}, "limits": {"memory": mem}})
+    };
+    let mut annotations = serde_json::Map::new();
+    if let Some(g) = gpus {
+        annotations.insert("weft.io/gpu-ids".into(), g.into());
+    }
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"uid": uid, "namespace": "ml", "name": name, "annotations": annotations},
+        "spec": {"containers": [{"name": "main", "image": "x", "resources": resources}]},
+        "status": {"phase": "Pending"}
+    }))
+    .unwrap()
+}
+
+fn sandbox(uid: &str, name: &str, gpus: Option<&str>) -> api::PodSandbox {
+    let mut p = api::PodSandbox::new();
+    p.id = format!("sb-{uid}");
+    p.uid = uid.to_string();
+    p.name = name.to_string();
+    p.namespace = "ml".to_string();
+    if let Some(g) = gpus {
+        p.annotations.insert("weft.io/gpu-ids".into(), g.into());
+    }
+    p
+}
+
+fn container(uid: &str) -> api::Container {
+    let mut c = api::Container::new();
+    c.id = format!("c-{uid}");
+    c.pod_sandbox_id = format!("sb-{uid}");
+    c.name = "main".to_string();
+    c
+}
+
+fn cpus_of(c: &api::Container) -> CpuSet {
+    c.linux.resources.cpu.cpus.parse().unwrap()
+}
+
+fn env_of(c: &api::Container, key: &str) -> Option<String> {
+    c.env.iter().find_map(|e| e.strip_prefix(&format!("{key}=")).map(str::to_string))
+}
+
+/// One agent: its manager, plugin task and runtime handle.
+struct Agent {
+    manager: Arc<Manager>,
+    handle: RuntimeHandle,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), plugin::PluginError>>,
+}
+
+impl Agent {
+    fn start(socket: &Path, store: Arc<dyn StateStore>, kubelet: Arc<Kubelet>, policy: TopologyPolicy) -> Agent {
+        let rm = match store.load().unwrap() {
+            Some(state) => ResourceManager::restore(layout(), orm_config(policy), state).unwrap(),
+            None => ResourceManager::new(layout(), orm_config(policy)).unwrap(),
+        };
+        let catalog = Arc::new(PodCatalog::new(Some(kubelet as Arc<dyn PodSource>)));
+        let manager = Arc::new(Manager::new(rm, store, catalog, Arc::new(Gpus)));
+        let handler = Arc::new(NriHandler::new(manager.clone(), Translation { unified: true }));
+        let mut opts = PluginOptions::new("weft", "10");
+        opts.socket = SocketSource::Path(socket.to_path_buf());
+        opts.backoff_min = Duration::from_millis(10);
+        opts.backoff_max = Duration::from_millis(50);
+        let handle = RuntimeHandle::new();
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(plugin::run(opts, handler, handle.clone(), stop.clone()));
+        Agent { manager, handle, stop, task }
+    }
+
+    /// Stop it as a crash would: tasks gone, memory gone, only the checkpoint file stays.
+    async fn kill(self) {
+        self.stop.cancel();
+        self.task.abort();
+        let _ = self.task.await;
+    }
+}
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    socket: PathBuf,
+    checkpoint: PathBuf,
+    runtime: Runtime,
+    kubelet: Arc<Kubelet>,
+}
+
+async fn setup(opts: RuntimeOptions) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("nri.sock");
+    let runtime = Runtime::start(&socket, opts).await.unwrap();
+    let checkpoint = dir.path().join("orm.json");
+    Setup { socket, checkpoint, runtime, kubelet: Arc::new(Kubelet::default()), _dir: dir }
+}
+
+impl Setup {
+    fn agent(&self, policy: TopologyPolicy) -> Agent {
+        Agent::start(&self.socket, Arc::new(Checkpoint::new(&self.checkpoint)), self.kubelet.clone(), policy)
+    }
+
+    async fn run_pod(&self, uid: &str, cpu: &str, guaranteed: bool, gpus: Option<&str>) -> Result<api::Container, RuntimeError> {
+        self.kubelet.add(k8s_pod(uid, uid, cpu, "1Gi", guaranteed, gpus));
+        self.runtime.run_pod_sandbox(sandbox(uid, uid, gpus)).await?;
+        self.runtime.create_container(&format!("sb-{uid}"), container(uid)).await
+    }
+}
+
+fn exclusive_sets(m: &Manager) -> Vec<(String, CpuSet)> {
+    m.state().pods.iter().map(|p| (p.uid.clone(), p.exclusive.clone())).collect()
+}
+
+fn assert_disjoint(sets: &[(String, CpuSet)]) {
+    let mut seen = BTreeSet::new();
+    for (uid, set) in sets {
+        for cpu in set.iter() {
+            assert!(seen.insert(cpu), "CPU {cpu} given twice (again to {uid}): {sets:?}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guaranteed_pod_gets_exclusive_cpus_on_its_gpus_numa_node_with_env_and_limits() {
+    let s = setup(RuntimeOptions::default()).await;
+    let agent = s.agent(TopologyPolicy::SingleNumaNode);
+    guard(s.runtime.wait_synchronized("10-weft")).await;
+
+    // GPUs 4,5 sit on NUMA 1 (CPUs 4-7,12-15).
+    let c = guard(s.run_pod("gpu-pod", "4", true, Some("4,5"))).await.unwrap();
+    let cpus = cpus_of(&c);
+    assert_eq!(cpus.len(), 4, "{cpus}");
+    let numa1: CpuSet = "4-7,12-15".parse().unwrap();
+    assert!(cpus.iter().all(|x| numa1.contains(x)), "exclusive CPUs {cpus} not on the GPUs' NUMA node 1");
+    assert_eq!(c.linux.resources.cpu.mems, "1");
+    assert_eq!(c.linux.resources.memory.limit.value, 1 << 30);
+    assert_eq!(env_of(&c, "WEFT_CPUS").as_deref(), Some(cpus.to_string().as_str()));
+    assert_eq!(env_of(&c, "WEFT_GPU_IDS").as_deref(), Some("4,5"));
+    assert_eq!(env_of(&c, "OMP_NUM_THREADS").as_deref(), Some("4"));
+
+    // A Burstable pod runs in the shared pool: everything but the exclusive CPUs.
+    let b = guard(s.run_pod("burst", "500m", false, None)).await.unwrap();
+    let shared = cpus_of(&b);
+    assert_eq!(shared.len(), 12, "{shared}");
+    assert!(cpus.iter().all(|x| !shared.contains(x)), "shared pool {shared} overlaps exclusive {cpus}");
+    assert_eq!(b.linux.resources.cpu.quota.as_ref().map(|q| q.value), None, "no CPU limit → no quota set");
+    assert_eq!(env_of(&b, "WEFT_EXCLUSIVE_CPUS").as_deref(), Some("false"));
+
+    // The checkpoint on disk holds the exclusive pod.
+    let stored = Checkpoint::new(&s.checkpoint).load().unwrap().unwrap();
+    assert_eq!(stored.pods.iter().find(|p| p.uid == "gpu-pod").unwrap().exclusive, cpus);
+    agent.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exclusive_pod_moves_shared_containers_off_its_cpus_and_removal_gives_them_back() {
+    let s = setup(RuntimeOptions::default()).await;
+    let agent = s.agent(TopologyPolicy::BestEffort);
+    guard(s.runtime.wait_synchronized("10-weft")).await;
+
+    let b = guard(s.run_pod("burst", "1", false, None)).await.unwrap();
+    assert_eq!(cpus_of(&b).len(), 16, "before any exclusive pod the shared pool is every CPU");
+
+    let g = guard(s.run_pod("g", "2", true, None)).await.unwrap();
+    let exclusive = cpus_of(&g);
+    // The CreateContainer answer carried an update for the Burstable container.
+    let moved = cpus_of(&s.runtime.container("c-burst").unwrap());
+    assert_eq!(moved.len(), 14, "{moved}");
+    assert!(exclusive.iter().all(|x| !moved.contains(x)));
+
+    // Removing the exclusive pod releases it; the reconcile gives the CPUs back to the shared pool
+    // through an unsolicited UpdateContainers.
+    guard(s.runtime.remove_pod_sandbox("sb-g")).await.unwrap();
+    assert!(!agent.manager.is_admitted("g"));
+    let sent = guard(reconcile_once(&agent.manager, &agent.handle, Translation { unified: true })).await.unwrap();
+    assert_eq!(sent, 1);
+    let unsolicited = s.runtime.unsolicited_updates();
+    let (_, update, _) = unsolicited.last().unwrap();
+    assert_eq!(update.len(), 1);
+    assert_eq!(update[0].container_id, "c-burst");
+    assert_eq!(cpus_of(&s.runtime.container("c-burst").unwrap()).len(), 16);
+    // Nothing moved since: the next reconcile sends nothing.
+    assert_eq!(reconcile_once(&agent.manager, &agent.handle, Translation { unified: true }).await.unwrap(), 0);
+    agent.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_numa_node_refuses_a_pod_that_cannot_fit_one_node_and_the_sandbox_fails_with_the_reason() {
+    let s = setup(RuntimeOptions::default()).await;
+    let agent = s.agent(TopologyPolicy::SingleNumaNode);
+    guard(s.runtime.wait_synchronized("10-weft")).await;
+    // NUMA 0 has 6 usable CPUs (0 and 8 are reserved); 7 exclusive CPUs next to GPU 0 cannot fit.
+    let err = guard(s.run_pod("big", "7", true, Some("0"))).await.unwrap_err().to_string();
+    assert!(err.contains("single-numa-node"), "{err}");
+    assert!(err.contains("ml/big"), "{err}");
+    assert!(!agent.manager.is_admitted("big"));
+    assert!(agent.manager.state().pods.is_empty(), "a refused admit leaves nothing behind");
+    agent.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pre_v0_12_runtime_drives_the_same_admission_through_state_change() {
+    let s = setup(RuntimeOptions { nri_version: NriVersion::PreV0_12, ..RuntimeOptions::default() }).await;
+    let agent = s.agent(TopologyPolicy::BestEffort);
+    guard(s.runtime.wait_synchronized("10-weft")).await;
+    let c = guard(s.run_pod("g", "2", true, None)).await.unwrap();
+    assert_eq!(cpus_of(&c).len(), 2);
+    let methods: Vec<String> = s
+        .runtime
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            HarnessEvent::Call { method, .. } => Some(method),
+            _ => None,
+        })
+        .collect();
+    assert!(methods.iter().any(|m| m == "StateChange(RunPodSandbox)"), "{methods:?}");
+    guard(s.runtime.remove_pod_sandbox("sb-g")).await.unwrap();
+    assert!(!agent.manager.is_admitted("g"), "RemovePodSandbox via StateChange released the pod");
+    agent.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_rebuilds_from_checkpoint_and_synchronize_releasing_gone_pods_and_admitting_new_ones() {
+    let s = setup(RuntimeOptions::default()).await;
+    let a = s.agent(TopologyPolicy::BestEffort);
+    guard(s.runtime.wait_synchronized("10-weft")).await;
+    guard(s.run_pod("stays", "2", true, None)).await.unwrap();
+    guard(s.run_pod("goes", "2", true, None)).await.unwrap();
+    let before = exclusive_sets(&a.manager);
+    a.kill().await;
+    let dropped_from = s.runtime.event_count();
+    let _ = guard(s.runtime.wait_dropped("10-weft", 0)).await;
+
+    // While weft is down: one pod goes away, one starts without weft.
+    guard(s.runtime.remove_pod_sandbox("sb-goes")).await.unwrap();
+    let unmanaged = guard(s.run_pod("new", "3", true, None)).await.unwrap();
+    assert_eq!(cpus_of(&unmanaged).len(), 0, "started without weft: the runtime's defaults");
+    let _ = dropped_from;
+
+    let b = s.agent(TopologyPolicy::BestEffort);
+    guard(s.runtime.wait_synchronized_times("10-weft", 2)).await;
+    let after = exclusive_sets(&b.manager);
+    let uids: Vec<&str> = after.iter().map(|(u, _)| u.as_str()).collect();
+    assert!(uids.contains(&"stays") && uids.contains(&"new") && !uids.contains(&"goes"), "{uids:?}");
+    assert_eq!(
+        after.iter().find(|(u, _)| u == "stays").unwrap().1,
+        before.iter().find(|(u, _)| u == "stays").unwrap().1,
+        "a pod that kept running keeps its CPUs across the restart"
+    );
+    assert_disjoint(&after);
+    // The container that started without weft was corrected by the Synchronize reply.
+    let fixed = s.runtime.container("c-new").unwrap();
+    assert_eq!(cpus_of(&fixed), after.iter().find(|(u, _)| u == "new").unwrap().1);
+    b.kill().await;
+}
+
+/// Crash between admit and checkpoint (and just after it): the runtime times the call out, drops
+/// the plugin and starts the sandbox without weft; the restarted agent finds the pod in
+/// Synchronize and admits it exactly once, with no CPU given twice and none leaked.
+async fn crash_at_store(freeze: Freeze) {
+    let s = setup(RuntimeOptions { request_timeout: Duration::from_millis(300), ..RuntimeOptions::default() }).await;
+    let store = Arc::new(Freezable { inner: Checkpoint::new(&s.checkpoint), freeze: Mutex::new(None), frozen: Notify::new() });
+    let a = Agent::start(&s.socket, store.clone(), s.kubelet.clone(), TopologyPolicy::BestEffort);
+    guard(s.runtime.wait_synchronized("10-weft")).await;
+    guard(s.run_pod("first", "2", true, None)).await.unwrap();
+
+    *store.freeze.lock().unwrap() = Some(freeze);
+    let from = s.runtime.event_count();
+    s.kubelet.add(k8s_pod("victim", "victim", "3", "1Gi", true, None));
+    let r = s.runtime.run_pod_sandbox(sandbox("victim", "victim", None));
+    let (r, ()) = tokio::join!(guard(r), guard(store.frozen.notified()));
+    r.expect("the runtime goes on without a plugin that timed out");
+    let reason = guard(s.runtime.wait_dropped("10-weft", from)).await;
+    assert!(reason.contains("timeout") || reason.contains("deadline"), "{reason}");
+    guard(s.runtime.create_container("sb-victim", container("victim"))).await.unwrap();
+    a.kill().await;
+
+    let on_disk = Checkpoint::new(&s.checkpoint).load().unwrap().unwrap();
+    let victim_on_disk = on_disk.pods.iter().any(|p| p.uid == "victim");
+    assert_eq!(victim_on_disk, freeze == Freeze::AfterWrite);
+
+    let b = s.agent(TopologyPolicy::BestEffort);
+    guard(s.runtime.wait_synchronized_times("10-weft", 2)).await;
+    let sets = exclusive_sets(&b.manager);
+    assert_disjoint(&sets);
+    let victims: Vec<_> = sets.iter().filter(|(u, _)| u == "victim").collect();
+    assert_eq!(victims.len(), 1, "admitted exactly once: {sets:?}");
+    assert_eq!(victims[0].1.len(), 3);
+    let total: usize = sets.iter().map(|(_, s)| s.len()).sum();
+    assert_eq!(total, 5, "no leaked CPUs: {sets:?}");
+    assert_eq!(cpus_of(&s.runtime.container("c-victim").unwrap()), victims[0].1);
+    // And the state is on disk now.
+    let stored = Checkpoint::new(&s.checkpoint).load().unwrap().unwrap();
+    assert_eq!(stored.pods.len(), 2);
+    b.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_between_admit_and_checkpoint_loses_nothing_and_gives_nothing_twice() {
+    crash_at_store(Freeze::BeforeWrite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_after_checkpoint_before_the_reply_keeps_the_pod_once() {
+    crash_at_store(Freeze::AfterWrite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_whose_sandbox_never_started_is_released_at_the_next_synchronize() {
+    let s = setup(RuntimeOptions::default()).await;
+    let a = s.agent(TopologyPolicy::BestEffort);
+    guard(s.runtime.wait_synchronized("10-weft")).await;
+    guard(s.run_pod("ghost", "4", true, None)).await.unwrap();
+    a.kill().await;
+    // The runtime lost the sandbox while weft was down (failed start, node reboot...).
+    guard(s.runtime.remove_pod_sandbox("sb-ghost")).await.unwrap();
+    let b = s.agent(TopologyPolicy::BestEffort);
+    guard(s.runtime.wait_synchronized_times("10-weft", 2)).await;
+    assert!(b.manager.state().pods.is_empty(), "{:?}", b.manager.state());
+    assert!(Checkpoint::new(&s.checkpoint).load().unwrap().unwrap().pods.is_empty());
+    b.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socket_dropped_mid_synchronize_reconnects_and_ends_consistent() {
+    // Small messages force a split Synchronize; the runtime closes the trunk after the first chunk.
+    let s = setup(RuntimeOptions { max_message_size: 2048, ..RuntimeOptions::default() }).await;
+    let a = s.agent(TopologyPolicy::BestEffort);
+    guard(s.runtime.wait_synchronized("10-weft")).await;
+    for i in 0..12 {
+        guard(s.run_pod(&format!("p{i}"), if i % 3 == 0 { "1" } else { "250m" }, i % 3 == 0, None)).await.unwrap();
+    }
+    let before = exclusive_sets(&a.manager);
+    s.runtime.close_during_sync("10-weft", 1);
+    s.runtime.drop_all_connections();
+    guard(s.runtime.wait_synchronized_times("10-weft", 2)).await;
+    let chunks: Vec<usize> = s
+        .runtime
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            HarnessEvent::Synchronized { chunks, .. } => Some(chunks),
+            _ => None,
+        })
+        .collect();
+    assert!(chunks.last().copied().unwrap_or(0) > 1, "the final Synchronize was split: {chunks:?}");
+    let after = exclusive_sets(&a.manager);
+    assert_eq!(before, after, "an interrupted Synchronize changes no allocation");
+    assert_disjoint(&after);
+    a.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_admission_gets_the_plugin_dropped_and_the_pod_is_admitted_after_reconnecting() {
+    let s = setup(RuntimeOptions { request_timeout: Duration::from_millis(300), ..RuntimeOptions::default() }).await;
+    let a = s.agent(TopologyPolicy::BestEffort);
+    guard(s.runtime.wait_synchronized("10-weft")).await;
+    let gate = Arc::new(Notify::new());
+    *s.kubelet.block.lock().unwrap() = Some(gate.clone());
+    let from = s.runtime.event_count();
+    s.kubelet.add(k8s_pod("slow", "slow", "2", "1Gi", true, None));
+    guard(s.runtime.run_pod_sandbox(sandbox("slow", "slow", None))).await.unwrap();
+    guard(s.runtime.wait_dropped("10-weft", from)).await;
+    guard(s.runtime.create_container("sb-slow", container("slow"))).await.unwrap();
+    // The kubelet answers again; the plugin reconnects and Synchronize admits the pod.
+    *s.kubelet.block.lock().unwrap() = None;
+    gate.notify_waiters();
+    guard(s.runtime.wait_synchronized_times("10-weft", 2)).await;
+    let sets = exclusive_sets(&a.manager);
+    assert_eq!(sets.len(), 1, "{sets:?}");
+    assert_eq!(cpus_of(&s.runtime.container("c-slow").unwrap()), sets[0].1);
+    a.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weft_and_another_plugin_adjust_the_same_container() {
+    // A second plugin that only adds an environment variable merges with weft's adjustment.
+    use weft_nri::event::{Event, EventMask};
+    use weft_nri::plugin::{ContainerCreation, Handler, HandlerError};
+    struct Env;
+    #[async_trait]
+    impl Handler for Env {
+        fn events(&self) -> EventMask {
+            [Event::CreateContainer].into_iter().collect()
+        }
+        async fn synchronize(&self, _p: Vec<api::PodSandbox>, _c: Vec<api::Container>) -> Result<Vec<api::ContainerUpdate>, HandlerError> {
+            Ok(Vec::new())
+        }
+        async fn create_container(&self, _p: api::PodSandbox, _c: api::Container) -> Result<ContainerCreation, HandlerError> {
+            let mut adj = api::ContainerAdjustment::new();
+            let mut kv = api::KeyValue::new();
+            kv.key = "OTHER".into();
+            kv.value = "1".into();
+            adj.env.push(kv);
+            Ok(ContainerCreation { adjust: Some(adj), ..ContainerCreation::default() })
+        }
+    }
+    let s = setup(RuntimeOptions::default()).await;
+    let a = s.agent(TopologyPolicy::BestEffort);
+    let mut opts = PluginOptions::new("env", "20");
+    opts.socket = SocketSource::Path(s.socket.clone());
+    let stop = CancellationToken::new();
+    let other = tokio::spawn(plugin::run(opts, Arc::new(Env), RuntimeHandle::new(), stop.clone()));
+    guard(s.runtime.wait_synchronized("10-weft")).await;
+    guard(s.runtime.wait_synchronized("20-env")).await;
+    let c = guard(s.run_pod("g", "2", true, None)).await.unwrap();
+    assert_eq!(cpus_of(&c).len(), 2);
+    assert_eq!(env_of(&c, "OTHER").as_deref(), Some("1"));
+    assert!(env_of(&c, "WEFT_CPUS").is_some());
+    stop.cancel();
+    let _ = other.await;
+    a.kill().await;
+}
+
+#[allow(dead_code)]
+fn unused(_: BTreeMap<(), ()>) {}
