@@ -167,6 +167,16 @@ pub struct Resync {
     pub refused: Vec<(String, String)>,
 }
 
+/// Run blocking file I/O (the checkpoint's write and fsyncs) from async code: on a multi-threaded
+/// runtime the worker hands its other tasks to another thread first, so a slow disk delays only this
+/// call, not the NRI session's other tasks.
+fn blocking<R>(f: impl FnOnce() -> R) -> R {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock cannot leave the state half-changed (every mutation is a
     // single ResourceManager call that rolls back on failure), so a poisoned lock is still usable.
@@ -216,7 +226,7 @@ impl Manager {
             return Ok(());
         }
         st.rm.admit(spec, &devices).map_err(|e| ManagerError::Admit { pod: label.clone(), reason: e.to_string() })?;
-        if let Err(source) = self.store.store(&st.rm.state()) {
+        if let Err(source) = blocking(|| self.store.store(&st.rm.state())) {
             st.rm.release(&spec.uid);
             return Err(ManagerError::Checkpoint { pod: label, source });
         }
@@ -231,7 +241,7 @@ impl Manager {
         if st.rm.release(uid).is_none() {
             return Ok(false);
         }
-        if let Err(source) = self.store.store(&st.rm.state()) {
+        if let Err(source) = blocking(|| self.store.store(&st.rm.state())) {
             // Keep the in-memory release: the CPUs are free in fact; the next successful store
             // records it. Report it, since a crash now would bring the pod back until the resync.
             tracing::error!(pod_uid = uid, error = %source, "checkpoint after release failed");

@@ -4,7 +4,7 @@
 //! handler. No sleeps, no timed assertions: waits are on harness events under a hang guard.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -69,12 +69,21 @@ impl DeviceLocator for Gpus {
     }
 }
 
-/// A checkpoint that can "freeze" the process at the next store, before or after writing: the
-/// store never returns, as a process stopped there and then killed.
+/// A checkpoint that can "freeze" the process at the next store, before or after writing, as a
+/// process stopped there and then killed: the store returns only once the test has killed the
+/// agent (`thaw`), and then with an error, so the dead agent writes nothing more.
 struct Freezable {
     inner: Checkpoint,
     freeze: Mutex<Option<Freeze>>,
     frozen: Notify,
+    thawed: (Mutex<bool>, std::sync::Condvar),
+}
+
+impl Freezable {
+    fn thaw(&self) {
+        *self.thawed.0.lock().unwrap() = true;
+        self.thawed.1.notify_all();
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -94,10 +103,15 @@ impl StateStore for Freezable {
         }
         if f.is_some() {
             self.frozen.notify_one();
-            // Frozen for good: this thread is the "killed" process's.
-            loop {
-                std::thread::park();
+            let mut thawed = self.thawed.0.lock().unwrap();
+            while !*thawed {
+                thawed = self.thawed.1.wait(thawed).unwrap();
             }
+            return Err(CheckpointError::Io {
+                path: self.inner.path().to_path_buf(),
+                op: "killed",
+                source: std::io::Error::other("the agent was killed here"),
+            });
         }
         self.inner.store(state)
     }
@@ -168,6 +182,16 @@ struct Agent {
 
 impl Agent {
     fn start(socket: &Path, store: Arc<dyn StateStore>, kubelet: Arc<Kubelet>, policy: TopologyPolicy) -> Agent {
+        Agent::start_with_backoff(socket, store, kubelet, policy, Duration::from_millis(10))
+    }
+
+    fn start_with_backoff(
+        socket: &Path,
+        store: Arc<dyn StateStore>,
+        kubelet: Arc<Kubelet>,
+        policy: TopologyPolicy,
+        backoff: Duration,
+    ) -> Agent {
         let rm = match store.load().unwrap() {
             Some(state) => ResourceManager::restore(layout(), orm_config(policy), state).unwrap(),
             None => ResourceManager::new(layout(), orm_config(policy)).unwrap(),
@@ -177,8 +201,8 @@ impl Agent {
         let handler = Arc::new(NriHandler::new(manager.clone(), Translation { unified: true }));
         let mut opts = PluginOptions::new("weft", "10");
         opts.socket = SocketSource::Path(socket.to_path_buf());
-        opts.backoff_min = Duration::from_millis(10);
-        opts.backoff_max = Duration::from_millis(50);
+        opts.backoff_min = backoff;
+        opts.backoff_max = backoff.max(Duration::from_millis(50));
         let handle = RuntimeHandle::new();
         let stop = CancellationToken::new();
         let task = tokio::spawn(plugin::run(opts, handler, handle.clone(), stop.clone()));
@@ -257,7 +281,7 @@ async fn guaranteed_pod_gets_exclusive_cpus_on_its_gpus_numa_node_with_env_and_l
     let shared = cpus_of(&b);
     assert_eq!(shared.len(), 12, "{shared}");
     assert!(cpus.iter().all(|x| !shared.contains(x)), "shared pool {shared} overlaps exclusive {cpus}");
-    assert_eq!(b.linux.resources.cpu.quota.as_ref().map(|q| q.value), None, "no CPU limit → no quota set");
+    assert_eq!(b.linux.resources.cpu.quota.as_ref().map(|q| q.value), Some(-1), "no CPU limit → unlimited quota");
     assert_eq!(env_of(&b, "WEFT_EXCLUSIVE_CPUS").as_deref(), Some("false"));
 
     // The checkpoint on disk holds the exclusive pod.
@@ -374,8 +398,21 @@ async fn restart_rebuilds_from_checkpoint_and_synchronize_releasing_gone_pods_an
 /// Synchronize and admits it exactly once, with no CPU given twice and none leaked.
 async fn crash_at_store(freeze: Freeze) {
     let s = setup(RuntimeOptions { request_timeout: Duration::from_millis(300), ..RuntimeOptions::default() }).await;
-    let store = Arc::new(Freezable { inner: Checkpoint::new(&s.checkpoint), freeze: Mutex::new(None), frozen: Notify::new() });
-    let a = Agent::start(&s.socket, store.clone(), s.kubelet.clone(), TopologyPolicy::BestEffort);
+    let store = Arc::new(Freezable {
+        inner: Checkpoint::new(&s.checkpoint),
+        freeze: Mutex::new(None),
+        frozen: Notify::new(),
+        thawed: (Mutex::new(false), std::sync::Condvar::new()),
+    });
+    // The frozen agent must not reconnect before it is killed (its state lock is held by the
+    // frozen store), so its reconnect backoff is long; the killed agent never gets there.
+    let a = Agent::start_with_backoff(
+        &s.socket,
+        store.clone(),
+        s.kubelet.clone(),
+        TopologyPolicy::BestEffort,
+        Duration::from_secs(3600),
+    );
     guard(s.runtime.wait_synchronized("10-weft")).await;
     guard(s.run_pod("first", "2", true, None)).await.unwrap();
 
@@ -389,6 +426,7 @@ async fn crash_at_store(freeze: Freeze) {
     assert!(reason.contains("timeout") || reason.contains("deadline"), "{reason}");
     guard(s.runtime.create_container("sb-victim", container("victim"))).await.unwrap();
     a.kill().await;
+    store.thaw();
 
     let on_disk = Checkpoint::new(&s.checkpoint).load().unwrap().unwrap();
     let victim_on_disk = on_disk.pods.iter().any(|p| p.uid == "victim");
@@ -439,7 +477,7 @@ async fn a_pod_whose_sandbox_never_started_is_released_at_the_next_synchronize()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn socket_dropped_mid_synchronize_reconnects_and_ends_consistent() {
     // Small messages force a split Synchronize; the runtime closes the trunk after the first chunk.
-    let s = setup(RuntimeOptions { max_message_size: 2048, ..RuntimeOptions::default() }).await;
+    let s = setup(RuntimeOptions { max_message_size: 1024, ..RuntimeOptions::default() }).await;
     let a = s.agent(TopologyPolicy::BestEffort);
     guard(s.runtime.wait_synchronized("10-weft")).await;
     for i in 0..12 {
@@ -449,6 +487,16 @@ async fn socket_dropped_mid_synchronize_reconnects_and_ends_consistent() {
     s.runtime.close_during_sync("10-weft", 1);
     s.runtime.drop_all_connections();
     guard(s.runtime.wait_synchronized_times("10-weft", 2)).await;
+    let reasons: Vec<String> = s
+        .runtime
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            HarnessEvent::Dropped { reason, .. } => Some(reason),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reasons.len(), 2, "the restart, then the trunk closed mid-Synchronize: {reasons:?}");
     let chunks: Vec<usize> = s
         .runtime
         .events()
@@ -526,6 +574,3 @@ async fn weft_and_another_plugin_adjust_the_same_container() {
     let _ = other.await;
     a.kill().await;
 }
-
-#[allow(dead_code)]
-fn unused(_: BTreeMap<(), ()>) {}

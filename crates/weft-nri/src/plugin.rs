@@ -612,6 +612,9 @@ async fn run_session(
     shutdown: &CancellationToken,
 ) -> Outcome {
     let mux = Mux::new(trunk);
+    // Closes the trunk however this session ends, the future being dropped included (an aborted
+    // plugin task must not leave the runtime's connection open behind it).
+    let _close = CloseOnDrop(mux.clone());
     let ended = |reason: String| Outcome::Ended { synchronized: false, reason };
     let (conn1, conn2) = match (mux.open(PLUGIN_SERVICE_CONN), mux.open(RUNTIME_SERVICE_CONN)) {
         (Ok(a), Ok(b)) => (a, b),
@@ -665,6 +668,15 @@ async fn run_session(
     mux.close();
     drop(server);
     outcome
+}
+
+/// Closes a mux when dropped.
+struct CloseOnDrop(Mux);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.close();
+    }
 }
 
 struct Session {

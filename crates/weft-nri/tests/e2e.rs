@@ -767,3 +767,19 @@ async fn given_fd_runs_one_session() {
     guard(task).await.unwrap().unwrap();
     assert!(!handle.is_connected());
 }
+
+#[tokio::test]
+async fn dropping_the_plugin_future_closes_the_connection() {
+    // A plugin task that is aborted (its owner crashed or dropped it) must not leave the trunk open
+    // behind it: the runtime has to see the plugin go, as it would see a killed process go.
+    let (_d, path, rt) = harness(RuntimeOptions::default()).await;
+    let h = Arc::new(Rec::new(all_events()));
+    let p = start_plugin(&path, "test", "10", false, h);
+    guard(rt.wait_synchronized("10-test")).await;
+    let from = rt.event_count();
+    p.task.abort();
+    let _ = p.task.await;
+    let reason = guard(rt.wait_dropped("10-test", from)).await;
+    assert!(!reason.is_empty());
+    assert!(rt.plugins().is_empty(), "{:?}", rt.plugins());
+}
