@@ -36,7 +36,8 @@ use weft_agent::orm::{OrmConfig, ResourceManager};
 use weft_agent::pod::DeviceLocator;
 use weft_agent::policy::TopologyPolicy;
 use weft_nri::api;
-use weft_nri::plugin::{self, PluginOptions, RuntimeHandle, SocketSource};
+use weft_nri::event::{Event, EventMask};
+use weft_nri::plugin::{self, ContainerCreation, Handler, HandlerError, PluginOptions, RuntimeHandle, SocketSource};
 use weft_nri_harness::{Runtime, RuntimeOptions};
 use weft_topology::CpuLayout;
 
@@ -65,6 +66,66 @@ impl DeviceLocator for NoDevices {
     fn pci_rdma_device(&self, _address: &str) -> Option<String> {
         None
     }
+}
+
+/// The transport floor: a plugin that answers `CreateContainer` with nothing.
+struct Noop;
+#[async_trait]
+impl Handler for Noop {
+    fn events(&self) -> EventMask {
+        [Event::CreateContainer].into_iter().collect()
+    }
+    async fn synchronize(
+        &self,
+        _pods: Vec<api::PodSandbox>,
+        _containers: Vec<api::Container>,
+    ) -> Result<Vec<api::ContainerUpdate>, HandlerError> {
+        Ok(Vec::new())
+    }
+    async fn create_container(
+        &self,
+        _pod: api::PodSandbox,
+        _container: api::Container,
+    ) -> Result<ContainerCreation, HandlerError> {
+        Ok(ContainerCreation::default())
+    }
+}
+
+/// `CreateContainer` round trips against a no-op plugin with the same pods and containers in the
+/// runtime: what the harness, the socket and ttrpc cost without weft's work.
+async fn floor(sizes: &Sizes) -> Series {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("nri.sock");
+    let runtime =
+        Runtime::start(&socket, RuntimeOptions { record_calls: false, ..RuntimeOptions::default() }).await.unwrap();
+    let mut opts = PluginOptions::new("noop", "10");
+    opts.socket = SocketSource::Path(socket.clone());
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(plugin::run(opts, Arc::new(Noop), RuntimeHandle::new(), stop.clone()));
+    tokio::time::timeout(Duration::from_secs(30), runtime.wait_synchronized("10-noop"))
+        .await
+        .expect("never synchronized");
+    for i in 0..sizes.pods {
+        let uid = resident(i).0;
+        runtime.run_pod_sandbox(sandbox(&uid)).await.unwrap();
+        runtime.create_container(&format!("sb-{uid}"), container(&uid, &format!("c-{uid}"))).await.unwrap();
+    }
+    let mut out = Series::new("floor: CreateContainer, no-op plugin", sizes.create);
+    for n in 0..sizes.warmup + sizes.create {
+        let uid = resident(n % sizes.pods).0;
+        let id = format!("x-{n}");
+        let t = Instant::now();
+        runtime.create_container(&format!("sb-{uid}"), container(&uid, &id)).await.unwrap();
+        let took = t.elapsed();
+        runtime.remove_container(&id).await.unwrap();
+        if n >= sizes.warmup {
+            out.samples.push(took);
+        }
+    }
+    stop.cancel();
+    task.abort();
+    let _ = task.await;
+    out
 }
 
 fn k8s_pod(uid: &str, cpu: &str, guaranteed: bool) -> Pod {
@@ -102,8 +163,11 @@ fn container(uid: &str, id: &str) -> api::Container {
 /// Pod `i` of the resident set: every 4th Guaranteed with 1 or 2 CPUs, the others Burstable.
 fn resident(i: usize) -> (String, Pod) {
     let uid = format!("pod-{i:03}");
-    let pod =
-        if i % 4 == 0 { k8s_pod(&uid, if i % 8 == 0 { "1" } else { "2" }, true) } else { k8s_pod(&uid, "100m", false) };
+    let pod = if i.is_multiple_of(4) {
+        k8s_pod(&uid, if i.is_multiple_of(8) { "1" } else { "2" }, true)
+    } else {
+        k8s_pod(&uid, "100m", false)
+    };
     (uid, pod)
 }
 
@@ -233,7 +297,20 @@ async fn bench(sizes: Sizes, workers: usize) {
         runtime.remove_container(&id).await.unwrap();
         if n >= sizes.warmup {
             create.samples.push(took);
-            (if i % 4 == 0 { &mut create_g } else { &mut create_b }).samples.push(took);
+            (if i.is_multiple_of(4) { &mut create_g } else { &mut create_b }).samples.push(took);
+        }
+    }
+
+    // In process, no NRI: the scan of every tracked container's wanted settings that each
+    // CreateContainer answer does (`Manager::stale`, for the updates to other containers).
+    let mut stale = Series::new("  in process: Manager::stale() scan", sizes.create);
+    for n in 0..sizes.warmup + sizes.create {
+        let t = Instant::now();
+        let moved = std::hint::black_box(manager.stale()).len();
+        let took = t.elapsed();
+        assert_eq!(moved, 0);
+        if n >= sizes.warmup {
+            stale.samples.push(took);
         }
     }
 
@@ -280,7 +357,17 @@ async fn bench(sizes: Sizes, workers: usize) {
         "{:<44} {:>6} {:>9} {:>9} {:>9} {:>9}",
         "round trip (runtime side), microseconds", "n", "p50", "p90", "p99", "max"
     );
-    for s in [&mut create, &mut create_g, &mut create_b, &mut fanout, &mut run_g, &mut run_b, &mut remove] {
+    for s in [
+        &mut create,
+        &mut create_g,
+        &mut create_b,
+        &mut stale,
+        &mut floor,
+        &mut fanout,
+        &mut run_g,
+        &mut run_b,
+        &mut remove,
+    ] {
         println!("{}", s.row());
     }
     println!("(fan-out: each answer carries updates for {shared} shared containers)");

@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use k8s_openapi::api::core::v1::Pod;
 use thiserror::Error;
+use weft_topology::CpuSet;
 
 use crate::checkpoint::{Checkpoint, CheckpointError};
 use crate::kubelet::PodSource;
@@ -177,6 +178,11 @@ fn blocking<R>(f: impl FnOnce() -> R) -> R {
     }
 }
 
+/// The settings of a container of a pod weft could not admit: the shared pool, nothing else.
+fn unmanaged(shared_pool: CpuSet) -> ContainerSettings {
+    ContainerSettings { cpus: shared_pool, ..ContainerSettings::default() }
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock cannot leave the state half-changed (every mutation is a
     // single ResourceManager call that rolls back on failure), so a poisoned lock is still usable.
@@ -256,6 +262,11 @@ impl Manager {
         lock(&self.state).rm.allocation(uid).is_some()
     }
 
+    /// The shared pool now: every online CPU no admitted pod holds exclusively.
+    pub fn shared_pool(&self) -> CpuSet {
+        lock(&self.state).rm.shared_pool()
+    }
+
     /// UIDs of the admitted pods.
     pub fn admitted(&self) -> BTreeSet<String> {
         lock(&self.state).rm.pods().map(|p| p.uid.clone()).collect()
@@ -265,6 +276,15 @@ impl Manager {
     /// admitted.
     pub fn settings(&self, uid: &str, name: &str) -> Option<ContainerSettings> {
         lock(&self.state).rm.settings(uid, name)
+    }
+
+    /// What weft enforces on container `name` of a running pod `uid`: its settings when the pod is
+    /// admitted; otherwise (a running pod whose admission was refused) only the shared pool as its
+    /// cpuset, so an unmanaged pod never runs on another pod's exclusive CPUs, while its quota,
+    /// memory and memory nodes stay as the runtime set them.
+    pub fn wanted(&self, uid: &str, name: &str) -> ContainerSettings {
+        let st = lock(&self.state);
+        st.rm.settings(uid, name).unwrap_or_else(|| unmanaged(st.rm.shared_pool()))
     }
 
     /// Bring the state in line with the pods that run: release what is admitted but not in `live`,
@@ -336,15 +356,15 @@ impl Manager {
         lock(&self.state).containers.clone()
     }
 
-    /// Containers whose wanted settings differ from what was last enforced on them (the shared
-    /// pool moved, or they were never set), with the wanted settings. Containers of pods that are
-    /// not admitted are skipped.
+    /// Containers whose wanted settings ([`Manager::wanted`]) differ from what was last enforced
+    /// on them (the shared pool moved, or they were never set), with the wanted settings.
     pub fn stale(&self) -> Vec<(String, ContainerSettings)> {
         let st = lock(&self.state);
+        let shared = st.rm.shared_pool();
         st.containers
             .iter()
             .filter_map(|(id, c)| {
-                let want = st.rm.settings(&c.pod_uid, &c.name)?;
+                let want = st.rm.settings(&c.pod_uid, &c.name).unwrap_or_else(|| unmanaged(shared.clone()));
                 (c.applied.as_ref() != Some(&want)).then(|| (id.clone(), want))
             })
             .collect()

@@ -78,9 +78,8 @@ impl Bypass {
             Pass { admitted: resync.admitted, released: resync.released, refused: resync.refused, ..Pass::default() };
         for pod in active {
             let Some(meta) = meta_of(pod) else { continue };
-            if !self.manager.is_admitted(&meta.uid) {
-                continue;
-            }
+            // A pod that could not be admitted runs unmanaged but in the shared pool: only its
+            // cpuset is written, so it stays off every exclusive CPU (`Manager::wanted`).
             let spec = match PodSpec::from_pod(pod) {
                 Ok(s) => s,
                 Err(e) => {
@@ -94,11 +93,14 @@ impl Bypass {
                     continue;
                 }
                 let who = format!("{}/{}/{}", spec.namespace, spec.name, c.name);
-                let Some(want) = self.manager.settings(&spec.uid, &c.name) else { continue };
+                let want = self.manager.wanted(&spec.uid, &c.name);
                 let cgroup = match self.layout.find_container(&self.hierarchy, spec.qos, &spec.uid, &status.id) {
                     Ok(Some(cg)) => cg,
                     Ok(None) => {
-                        out.failed.push((who, format!("no cgroup for container {} under {}", status.id, self.hierarchy.root().display())));
+                        out.failed.push((
+                            who,
+                            format!("no cgroup for container {} under {}", status.id, self.hierarchy.root().display()),
+                        ));
                         continue;
                     }
                     Err(e) => {

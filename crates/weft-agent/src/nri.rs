@@ -112,8 +112,9 @@ fn opt_i64(v: i64) -> api::OptionalInt64 {
 pub fn matches(c: &api::Container, want: &ContainerSettings) -> bool {
     let Some(res) = c.linux.as_ref().and_then(|l| l.resources.as_ref()) else { return false };
     let Some(cpu) = res.cpu.as_ref() else { return false };
+    // An empty wanted set means "leave as the runtime set it".
     let same_set = |have: &str, want: &weft_topology::CpuSet| {
-        have.parse::<weft_topology::CpuSet>().map(|h| &h == want).unwrap_or(false)
+        want.is_empty() || have.parse::<weft_topology::CpuSet>().map(|h| &h == want).unwrap_or(false)
     };
     if !same_set(&cpu.cpus, &want.cpus) || !same_set(&cpu.mems, &want.mems) {
         return false;
@@ -220,7 +221,7 @@ impl Handler for NriHandler {
         for c in &containers {
             let Some(uid) = uid_of.get(c.pod_sandbox_id.as_str()) else { continue };
             self.manager.track(&c.id, uid, &c.name, cgroups_path(c));
-            let Some(want) = self.manager.settings(uid, &c.name) else { continue };
+            let want = self.manager.wanted(uid, &c.name);
             if !matches(c, &want) {
                 updates.push(update(&c.id, &want, self.translation));
             }
@@ -269,7 +270,7 @@ impl Handler for NriHandler {
         container: api::Container,
         _resources: Option<api::LinuxResources>,
     ) -> Result<Vec<api::ContainerUpdate>, HandlerError> {
-        let Some(want) = self.manager.settings(&pod.uid, &container.name) else { return Ok(Vec::new()) };
+        let want = self.manager.wanted(&pod.uid, &container.name);
         self.manager.track(&container.id, &pod.uid, &container.name, cgroups_path(&container));
         self.manager.mark_applied(&container.id, &want);
         Ok(vec![update(&container.id, &want, self.translation)])

@@ -94,7 +94,8 @@ pub enum ServiceError {
 /// aside) or one that does not fit (CPUs gone, settings changed) starts empty: the first resync
 /// rebuilds the allocations from what runs.
 pub fn build_manager(cfg: &ServiceConfig, store: Arc<dyn StateStore>) -> Result<Arc<Manager>, ServiceError> {
-    let fresh = || ResourceManager::new(cfg.layout.clone(), cfg.orm.clone()).map_err(|e| ServiceError::Config(e.to_string()));
+    let fresh =
+        || ResourceManager::new(cfg.layout.clone(), cfg.orm.clone()).map_err(|e| ServiceError::Config(e.to_string()));
     let rm = match store.load() {
         Ok(Some(state)) => {
             let pods = state.pods.len();
@@ -134,7 +135,11 @@ pub async fn run(cfg: ServiceConfig, shutdown: CancellationToken) -> Result<(), 
 }
 
 /// Run with a prepared manager (tests pass one over their own store).
-pub async fn run_with(cfg: ServiceConfig, manager: Arc<Manager>, shutdown: CancellationToken) -> Result<(), ServiceError> {
+pub async fn run_with(
+    cfg: ServiceConfig,
+    manager: Arc<Manager>,
+    shutdown: CancellationToken,
+) -> Result<(), ServiceError> {
     let enforcer: Option<Arc<dyn CgroupEnforcer>> =
         cfg.cgroups.clone().map(|h| Arc::new(crate::cgroup::CgroupWriter::new(h)) as Arc<dyn CgroupEnforcer>);
     let translation = Translation { unified: cfg.cgroups.as_ref().is_some_and(|h| h.version() == CgroupVersion::V2) };
@@ -145,7 +150,8 @@ pub async fn run_with(cfg: ServiceConfig, manager: Arc<Manager>, shutdown: Cance
     };
     if !use_nri {
         tracing::info!(mode = ?cfg.mode, "enforcing by writing cgroup files (bypass)");
-        let (Some(source), Some(hierarchy), Some(enforcer)) = (cfg.kubelet.clone(), cfg.cgroups.clone(), enforcer.clone())
+        let (Some(source), Some(hierarchy), Some(enforcer)) =
+            (cfg.kubelet.clone(), cfg.cgroups.clone(), enforcer.clone())
         else {
             return Err(ServiceError::Config("bypass needs the kubelet and cgroups".into()));
         };

@@ -350,10 +350,15 @@ impl Node {
         runtime_path(&self.tree.parent, self.driver, qos, uid, id)
     }
 
-    /// The runtime creates the container's cgroup (and its pod's) and writes what the kubelet
-    /// asked for: CFS quota = limit × period, the memory limit; the cpuset is inherited.
+    /// The kubelet creates the pod's cgroup and the runtime the container's, both writing what the
+    /// pod asks for (one container per pod: the same CFS quota = limit × period and memory limit on
+    /// both levels); the cpusets are inherited.
     fn runtime_starts(&mut self, qos: QosClass, uid: &str, id: &str, quota: i64, memory: u64) -> ContainerCgroup {
         let cgroup = self.cgroup(qos, uid, id);
+        let pod = cgroup.parent().unwrap();
+        self.tree.create(&pod);
+        write(&self.file(Controller::Cpu, &pod, "cpu.cfs_quota_us"), &quota.to_string());
+        write(&self.file(Controller::Memory, &pod, "memory.limit_in_bytes"), &memory.to_string());
         self.tree.create(&cgroup);
         write(&self.file(Controller::Cpu, &cgroup, "cpu.cfs_quota_us"), &quota.to_string());
         write(&self.file(Controller::Memory, &cgroup, "memory.limit_in_bytes"), &memory.to_string());
@@ -518,4 +523,57 @@ async fn a_container_without_a_cgroup_is_reported_not_fatal() {
     node.kubelet.serve(vec![burstable_pod("api", B_UID, B_ID), done]);
     assert_eq!(node.bypass.pass().await.unwrap(), pass(&[], &[M_UID], &[]));
     assert_eq!(node.checkpointed(), [B_UID]);
+}
+
+/// A running pod that cannot be admitted (here: a second Guaranteed pod wanting more CPUs than are
+/// free) runs unmanaged, but in the shared pool: it must not keep the runtime's all-CPU cpuset,
+/// which holds the first pod's exclusive CPU. Once CPUs free up it is admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_that_cannot_be_admitted_stays_off_exclusive_cpus() {
+    let Some((h, online)) = v1_node() else { return };
+    let mut node = Node::start(h, online, CgroupDriver::Cgroupfs).await;
+    let g = node.runtime_starts(QosClass::Guaranteed, G_UID, G_ID, PERIOD, G_MEMORY);
+    // Every CPU but the reserved one: refused while the first pod holds one of them.
+    let want = node.online.len() - 1;
+    let r = resources(&want.to_string(), &want.to_string(), "64Mi", "64Mi");
+    let big = json!({
+        "metadata": {"name": "big", "namespace": "ml", "uid": M_UID},
+        "spec": {"containers": [{"name": "main", "image": "img", "resources": r}]},
+        "status": {"phase": "Running", "qosClass": "Guaranteed", "containerStatuses": [status("main", M_ID, running())]}
+    });
+    let quota = i64::try_from(want).unwrap() * PERIOD;
+    let m = node.runtime_starts(QosClass::Guaranteed, M_UID, M_ID, quota, 64 << 20);
+    node.kubelet.serve(vec![guaranteed_pod(), big.clone()]);
+
+    let first = node.bypass.pass().await.unwrap();
+    assert_eq!(first.admitted, [G_UID]);
+    assert_eq!(first.refused.len(), 1, "{first:?}");
+    assert_eq!(first.refused[0].0, M_UID);
+    let exclusive = node.exclusive(G_UID);
+    let shared: CpuSet = node.online.iter().filter(|c| !exclusive.contains(*c)).collect();
+    assert_eq!(node.read(Controller::Cpuset, &g, "cpuset.cpus"), exclusive.to_string());
+    assert_eq!(
+        node.read(Controller::Cpuset, &m, "cpuset.cpus"),
+        shared.to_string(),
+        "the refused pod still runs on the exclusive CPU {exclusive}"
+    );
+    // Unmanaged otherwise: its quota and memory limit stay as the runtime set them.
+    assert_eq!(node.read(Controller::Cpu, &m, "cpu.cfs_quota_us"), quota.to_string());
+    assert_eq!(first.enforced, ["ml/trainer/main", "ml/big/main"]);
+    assert!(first.failed.is_empty(), "{first:?}");
+    assert_eq!(node.checkpointed(), [G_UID], "a refused pod is not checkpointed");
+
+    // Refused again (nothing changed): nothing to write.
+    let again = node.bypass.pass().await.unwrap();
+    assert_eq!((again.refused.len(), again.enforced.len()), (1, 0), "{again:?}");
+
+    // The first pod goes: the second is admitted and gets the CPUs, without a quota.
+    node.kubelet.serve(vec![big]);
+    let third = node.bypass.pass().await.unwrap();
+    assert_eq!(third, pass(&[M_UID], &[G_UID], &["ml/big/main"]));
+    let exclusive = node.exclusive(M_UID);
+    assert_eq!(exclusive.len(), want);
+    assert_eq!(node.read(Controller::Cpuset, &m, "cpuset.cpus"), exclusive.to_string());
+    assert_eq!(node.read(Controller::Cpu, &m, "cpu.cfs_quota_us"), "-1");
+    assert_eq!(node.checkpointed(), [M_UID]);
 }

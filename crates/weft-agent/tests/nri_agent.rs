@@ -238,7 +238,13 @@ impl Setup {
         Agent::start(&self.socket, Arc::new(Checkpoint::new(&self.checkpoint)), self.kubelet.clone(), policy)
     }
 
-    async fn run_pod(&self, uid: &str, cpu: &str, guaranteed: bool, gpus: Option<&str>) -> Result<api::Container, RuntimeError> {
+    async fn run_pod(
+        &self,
+        uid: &str,
+        cpu: &str,
+        guaranteed: bool,
+        gpus: Option<&str>,
+    ) -> Result<api::Container, RuntimeError> {
         self.kubelet.add(k8s_pod(uid, uid, cpu, "1Gi", guaranteed, gpus));
         self.runtime.run_pod_sandbox(sandbox(uid, uid, gpus)).await?;
         self.runtime.create_container(&format!("sb-{uid}"), container(uid)).await
@@ -546,10 +552,18 @@ async fn weft_and_another_plugin_adjust_the_same_container() {
         fn events(&self) -> EventMask {
             [Event::CreateContainer].into_iter().collect()
         }
-        async fn synchronize(&self, _p: Vec<api::PodSandbox>, _c: Vec<api::Container>) -> Result<Vec<api::ContainerUpdate>, HandlerError> {
+        async fn synchronize(
+            &self,
+            _p: Vec<api::PodSandbox>,
+            _c: Vec<api::Container>,
+        ) -> Result<Vec<api::ContainerUpdate>, HandlerError> {
             Ok(Vec::new())
         }
-        async fn create_container(&self, _p: api::PodSandbox, _c: api::Container) -> Result<ContainerCreation, HandlerError> {
+        async fn create_container(
+            &self,
+            _p: api::PodSandbox,
+            _c: api::Container,
+        ) -> Result<ContainerCreation, HandlerError> {
             let mut adj = api::ContainerAdjustment::new();
             let mut kv = api::KeyValue::new();
             kv.key = "OTHER".into();
@@ -573,4 +587,27 @@ async fn weft_and_another_plugin_adjust_the_same_container() {
     stop.cancel();
     let _ = other.await;
     a.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_pod_that_cannot_be_admitted_at_synchronize_is_kept_off_exclusive_cpus() {
+    let s = setup(RuntimeOptions::default()).await;
+    let a = s.agent(TopologyPolicy::BestEffort);
+    guard(s.runtime.wait_synchronized("10-weft")).await;
+    let g = guard(s.run_pod("g", "4", true, None)).await.unwrap();
+    let exclusive = cpus_of(&g);
+    a.kill().await;
+    guard(s.runtime.wait_dropped("10-weft", 0)).await;
+    // Started while weft was down; 12 exclusive CPUs do not fit next to g's 4 (16 CPUs, 2 reserved).
+    guard(s.run_pod("big", "12", true, None)).await.unwrap();
+
+    let b = s.agent(TopologyPolicy::BestEffort);
+    guard(s.runtime.wait_synchronized_times("10-weft", 2)).await;
+    assert!(!b.manager.is_admitted("big"));
+    let big = s.runtime.container("c-big").unwrap();
+    let cpus = cpus_of(&big);
+    assert_eq!(cpus.len(), 12, "the shared pool: {cpus}");
+    assert!(exclusive.iter().all(|x| !cpus.contains(x)), "unmanaged pod on g's exclusive CPUs: {cpus}");
+    assert_eq!(big.linux.resources.cpu.quota.as_ref().map(|q| q.value), None, "only the cpuset is managed");
+    b.kill().await;
 }

@@ -281,7 +281,12 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
                 interval: Duration::from_secs(a.interval),
                 retry: RetryPolicy::default(),
             };
-            eprintln!("weft agent on node {}: publishing {} every {} s", a.node, weft_k8s::TOPOLOGY_ANNOTATION, a.interval);
+            eprintln!(
+                "weft agent on node {}: publishing {} every {} s",
+                a.node,
+                weft_k8s::TOPOLOGY_ANNOTATION,
+                a.interval
+            );
             let sd = shutdown.clone();
             tasks.push(tokio::spawn(async move {
                 keep_topology_published(client, cfg, discover, metrics, ready, sd.clone()).await;

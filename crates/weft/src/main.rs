@@ -56,7 +56,7 @@ enum Command {
     /// The node agent (DaemonSet): keeps this node's `weft.io/gpu-topology` annotation current
     /// (discovered at start, every --interval, and whenever someone changes the annotation).
     /// Serves /healthz, /readyz and /metrics on --ops-listen.
-    Agent(cmd_agent::AgentArgs),
+    Agent(Box<cmd_agent::AgentArgs>),
     /// The cluster controllers (Deployment): the NumaNetwork controller, which validates each
     /// NumaNetwork and records the verdict in its status, and the job controller, which keeps the
     /// job-level objects of weft's plugins on Volcano Jobs (annotation `weft.io/job-plugins`: hosts
@@ -90,7 +90,7 @@ fn main() -> ExitCode {
         Command::Topo(cmd) => cmd_topo::run(cmd),
         Command::Gpu(cmd) => cmd_gpu::run(cmd),
         Command::SchedulerExtender(a) => cmd_extender::run(a),
-        Command::Agent(a) => cmd_agent::run(a),
+        Command::Agent(a) => cmd_agent::run(*a),
         Command::Controller(a) => cmd_controller::run(a),
         Command::Crds(a) => cmd_crds::run(a),
         Command::Webhook(a) => cmd_webhook::run(a),
