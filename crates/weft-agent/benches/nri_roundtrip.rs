@@ -352,6 +352,8 @@ async fn bench(sizes: Sizes, workers: usize) {
         }
     }
 
+    let mut floor = floor(&sizes).await;
+
     println!();
     println!(
         "{:<44} {:>6} {:>9} {:>9} {:>9} {:>9}",
