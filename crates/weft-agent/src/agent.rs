@@ -155,6 +155,10 @@ pub struct Manager {
 struct ManagerState {
     rm: ResourceManager,
     containers: BTreeMap<String, TrackedContainer>,
+    /// Bumped by every admit and release: what a container should have can only move then.
+    generation: u64,
+    /// The generation [`Manager::moved_since_last_scan`] last looked at.
+    scanned: u64,
 }
 
 /// What a resync did.
@@ -197,7 +201,8 @@ impl Manager {
         catalog: Arc<PodCatalog>,
         locator: Arc<dyn DeviceLocator>,
     ) -> Manager {
-        Manager { state: Mutex::new(ManagerState { rm, containers: BTreeMap::new() }), store, catalog, locator }
+        let state = ManagerState { rm, containers: BTreeMap::new(), generation: 0, scanned: 0 };
+        Manager { state: Mutex::new(state), store, catalog, locator }
     }
 
     /// The pod-spec catalog.
@@ -236,6 +241,7 @@ impl Manager {
             st.rm.release(&spec.uid);
             return Err(ManagerError::Checkpoint { pod: label, source });
         }
+        st.generation += 1;
         tracing::info!(pod = %label, "admitted");
         Ok(())
     }
@@ -247,6 +253,7 @@ impl Manager {
         if st.rm.release(uid).is_none() {
             return Ok(false);
         }
+        st.generation += 1;
         if let Err(source) = blocking(|| self.store.store(&st.rm.state())) {
             // Keep the in-memory release: the CPUs are free in fact; the next successful store
             // records it. Report it, since a crash now would bring the pod back until the resync.
@@ -368,6 +375,17 @@ impl Manager {
                 (c.applied.as_ref() != Some(&want)).then(|| (id.clone(), want))
             })
             .collect()
+    }
+
+    /// Whether any admit or release happened since the last call (the first call says `true`
+    /// only if one happened). While nothing did, no container's wanted settings moved, so the
+    /// per-CreateContainer scan for stale containers can be skipped; containers marked stale for
+    /// other reasons (drift) are the periodic reconcile's, which always scans.
+    pub fn moved_since_last_scan(&self) -> bool {
+        let mut st = lock(&self.state);
+        let moved = st.generation != st.scanned;
+        st.scanned = st.generation;
+        moved
     }
 
     /// A snapshot of the allocations (for status output and tests).

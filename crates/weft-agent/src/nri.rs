@@ -163,9 +163,13 @@ impl NriHandler {
         NriHandler { manager, translation }
     }
 
-    /// Updates for every tracked container other than `except` whose wanted settings moved.
+    /// Updates for every tracked container other than `except` whose wanted settings moved since
+    /// the last admit or release (nothing to scan when none happened).
     fn stale_updates(&self, except: Option<&str>) -> Vec<api::ContainerUpdate> {
         let mut out = Vec::new();
+        if !self.manager.moved_since_last_scan() {
+            return out;
+        }
         for (id, want) in self.manager.stale() {
             if Some(id.as_str()) == except {
                 continue;

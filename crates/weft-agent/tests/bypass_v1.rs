@@ -10,7 +10,11 @@
 //! returns early only when there is no v1 hierarchy or fewer than two online CPUs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::{CONTROLLERS, TestTree, read, write};
+
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -35,7 +39,6 @@ use weft_agent::pod::{DeviceLocator, QosClass};
 use weft_topology::CpuSet;
 use weft_topology::discover::{SysfsRoot, read_cpu_layout};
 
-const CONTROLLERS: [Controller; 3] = [Controller::Cpuset, Controller::Cpu, Controller::Memory];
 /// Bounds every kubelet request, so a broken test fails instead of hanging; never reached when
 /// passing.
 const HANG_GUARD: Duration = Duration::from_secs(30);
@@ -58,16 +61,6 @@ const M_ID: &str = "deadbeef0000000000000000000000000000000000000000000000000000
 const G_MAIN: &str = "ml/trainer/main";
 const B_APP: &str = "web/api/app";
 const M_APP: &str = "web/late/app";
-
-static NEXT: AtomicUsize = AtomicUsize::new(0);
-
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display())).trim().to_owned()
-}
-
-fn write(path: &Path, value: &str) {
-    std::fs::write(path, value).unwrap_or_else(|e| panic!("writing {value:?} to {}: {e}", path.display()));
-}
 
 fn page_rounded(bytes: u64) -> String {
     (bytes / 4096 * 4096).to_string()
@@ -94,59 +87,6 @@ fn v1_node() -> Option<(CgroupHierarchy, CpuSet)> {
         return skip(format!("needs 2 online CPUs, has {online}"));
     }
     Some((h, online))
-}
-
-/// A private cgroup tree in every controller, removed deepest first on drop.
-struct TestTree {
-    hierarchy: CgroupHierarchy,
-    /// `/weft-test-<pid>-<n>`: the kubelet `--cgroup-root` of this test's layout.
-    parent: ContainerCgroup,
-    created: Vec<PathBuf>,
-}
-
-impl TestTree {
-    fn new(hierarchy: CgroupHierarchy) -> TestTree {
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let parent = ContainerCgroup::new(&format!("/weft-test-{}-{n}", std::process::id())).unwrap();
-        TestTree { hierarchy, parent, created: Vec::new() }
-    }
-
-    fn dir(&self, controller: Controller, cgroup: &ContainerCgroup) -> PathBuf {
-        self.hierarchy.dir(controller, cgroup).unwrap()
-    }
-
-    /// Create `cgroup` and its missing ancestors in every controller, the way runc does: a new v1
-    /// cpuset starts empty, so it gets its parent's CPUs and memory nodes before going deeper.
-    fn create(&mut self, cgroup: &ContainerCgroup) {
-        let mut chain = cgroup.ancestors();
-        chain.push(cgroup.clone());
-        for controller in CONTROLLERS {
-            for level in &chain {
-                let dir = self.dir(controller, level);
-                if dir.is_dir() {
-                    continue;
-                }
-                std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
-                self.created.push(dir.clone());
-                if controller == Controller::Cpuset {
-                    let parent = dir.parent().unwrap();
-                    for file in ["cpuset.cpus", "cpuset.mems"] {
-                        write(&dir.join(file), &read(&parent.join(file)));
-                    }
-                }
-            }
-        }
-    }
-}
-
-impl Drop for TestTree {
-    fn drop(&mut self) {
-        for dir in self.created.iter().rev() {
-            if let Err(e) = std::fs::remove_dir(dir) {
-                eprintln!("cleanup: rmdir {}: {e}", dir.display());
-            }
-        }
-    }
 }
 
 /// The container's cgroup as the kubelet and containerd name it, spelled out here rather than

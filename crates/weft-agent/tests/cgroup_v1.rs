@@ -9,8 +9,11 @@
 //! real (controller-less) cgroup2 mount at `/sys/fs/cgroup/unified` when there is one.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::{CONTROLLERS, TestTree, read, write};
+
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use weft_agent::cgroup::{
     CgroupDriver, CgroupEnforcer, CgroupError, CgroupHierarchy, CgroupLayout, CgroupVersion, CgroupWriter,
@@ -20,22 +23,11 @@ use weft_agent::pod::QosClass;
 use weft_agent::settings::ContainerSettings;
 use weft_topology::CpuSet;
 
-const CONTROLLERS: [Controller; 3] = [Controller::Cpuset, Controller::Cpu, Controller::Memory];
 const UID: &str = "6f1c2a9e-7d3b-4c55-9e0f-123456789abc";
 const CID: &str = "4d2b8f0c1a3e5f7d9b0c2e4f6a8b0d1c3e5f7a9b1d3f5a7c9e1b3d5f7a9c1e3f";
 
-static NEXT: AtomicUsize = AtomicUsize::new(0);
-
 fn set(s: &str) -> CpuSet {
     s.parse().unwrap()
-}
-
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap().trim().to_owned()
-}
-
-fn write(path: &Path, value: &str) {
-    std::fs::write(path, value).unwrap_or_else(|e| panic!("writing {value:?} to {}: {e}", path.display()));
 }
 
 /// The real v1 hierarchy, or `None` (with the reason printed) when this machine has none.
@@ -51,63 +43,6 @@ fn v1_hierarchy() -> Option<CgroupHierarchy> {
             Some(c) => skip(format!("v1 controller {} is not mounted", c.name())),
             None => Some(h),
         },
-    }
-}
-
-/// A private cgroup tree in every controller, removed deepest first on drop.
-struct TestTree {
-    hierarchy: CgroupHierarchy,
-    /// `/weft-test-<pid>-<n>`: the kubelet `--cgroup-root` of this test's layouts.
-    parent: ContainerCgroup,
-    created: Vec<PathBuf>,
-}
-
-impl TestTree {
-    fn new(hierarchy: CgroupHierarchy) -> TestTree {
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let parent = ContainerCgroup::new(&format!("/weft-test-{}-{n}", std::process::id())).unwrap();
-        TestTree { hierarchy, parent, created: Vec::new() }
-    }
-
-    fn layout(&self, driver: CgroupDriver, runtime: ContainerRuntime) -> CgroupLayout {
-        CgroupLayout { parent: self.parent.clone(), ..CgroupLayout::new(driver, runtime) }
-    }
-
-    fn dir(&self, controller: Controller, cgroup: &ContainerCgroup) -> PathBuf {
-        self.hierarchy.dir(controller, cgroup).unwrap()
-    }
-
-    /// Create `cgroup` and its missing ancestors in every controller, the way runc does: a new v1
-    /// cpuset starts empty, so it gets its parent's CPUs and memory nodes before going deeper.
-    fn create(&mut self, cgroup: &ContainerCgroup) {
-        let mut chain = cgroup.ancestors();
-        chain.push(cgroup.clone());
-        for controller in CONTROLLERS {
-            for level in &chain {
-                let dir = self.dir(controller, level);
-                if dir.is_dir() {
-                    continue;
-                }
-                std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
-                self.created.push(dir.clone());
-                if controller == Controller::Cpuset {
-                    let parent = dir.parent().unwrap();
-                    for file in ["cpuset.cpus", "cpuset.mems"] {
-                        write(&dir.join(file), &read(&parent.join(file)));
-                    }
-                }
-            }
-        }
-    }
-}
-
-impl Drop for TestTree {
-    fn drop(&mut self) {
-        for dir in self.created.iter().rev() {
-            if let Err(e) = std::fs::remove_dir(dir) {
-                eprintln!("cleanup: rmdir {}: {e}", dir.display());
-            }
-        }
     }
 }
 
@@ -509,9 +444,7 @@ fn v2_paths_on_the_real_unified_mount() {
             return;
         }
     };
-    let parent =
-        ContainerCgroup::new(&format!("/weft-test-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)))
-            .unwrap();
+    let parent = common::unique_root();
     let parent_dir = parent.dir_under(&unified);
     if let Err(e) = std::fs::create_dir(&parent_dir) {
         eprintln!("skipping: cannot create a cgroup under {}: {e}", unified.display());
