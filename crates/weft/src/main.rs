@@ -54,8 +54,10 @@ enum Command {
     /// KubeSchedulerConfiguration stanza.
     SchedulerExtender(cmd_extender::ExtenderArgs),
     /// The node agent (DaemonSet): keeps this node's `weft.io/gpu-topology` annotation current
-    /// (discovered at start, every --interval, and whenever someone changes the annotation).
-    /// Serves /healthz, /readyz and /metrics on --ops-listen.
+    /// (discovered at start, every --interval, and whenever someone changes the annotation), and
+    /// with --mode runs the resource manager: exclusive CPUs for Guaranteed integer-CPU pods aligned
+    /// with their GPUs and NICs, enforced through NRI or cgroup files (docs/agent.md). Serves
+    /// /healthz, /readyz and /metrics on --ops-listen.
     Agent(Box<cmd_agent::AgentArgs>),
     /// The cluster controllers (Deployment): the NumaNetwork controller, which validates each
     /// NumaNetwork and records the verdict in its status, and the job controller, which keeps the

@@ -83,3 +83,27 @@ async fn the_binary_registers_adjusts_containers_and_recovers_after_sigkill() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+#[test]
+fn contradictory_flags_are_refused_with_the_flag_named() {
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_weft"))
+            .args(["agent", "--node=test-node", "--publish-topology=false", "--no-gpus", "--no-cache"])
+            .args(args)
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, err) = run(&["--mode=bypass", "--no-kubelet"]);
+    assert_ne!(code, Some(0), "{err}");
+    assert!(err.contains("--no-kubelet"), "{err}");
+    let (code, err) = run(&["--mode=off"]);
+    assert_ne!(code, Some(0), "{err}");
+    assert!(err.contains("nothing to do"), "{err}");
+    let (code, err) = run(&["--mode=nri", "--nri-plugin-index=7", "--no-kubelet"]);
+    assert_ne!(code, Some(0), "{err}");
+    assert!(err.contains("index"), "{err}");
+    let (code, err) = run(&["--mode=nri", "--reserved-cpus=0-x"]);
+    assert_ne!(code, Some(0), "{err}");
+    assert!(err.contains("0-x"), "{err}");
+}
