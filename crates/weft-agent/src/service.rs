@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
-use weft_nri::plugin::{self, PluginOptions, RuntimeHandle, SocketSource};
+use weft_nri::plugin::{self, PluginOptions, RuntimeHandle, SessionState, SocketSource};
 use weft_topology::CpuLayout;
 
 use crate::agent::{Manager, PodCatalog, StateStore};
@@ -74,6 +74,9 @@ pub struct ServiceConfig {
     pub cgroup_layout: CgroupLayout,
     /// Reconcile / poll period.
     pub period: Duration,
+    /// Set while the resource manager enforces: an NRI session is synchronized, or the last bypass
+    /// pass could list the kubelet's pods (the agent's `/readyz`).
+    pub ready: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 /// Why the service could not start or stopped.
@@ -163,8 +166,14 @@ pub async fn run_with(
                 _ = shutdown.cancelled() => return Ok(()),
                 _ = tick.tick() => {}
             }
-            if let Err(e) = bypass.pass().await {
-                tracing::warn!(error = %e, "bypass pass: kubelet pod list unavailable");
+            match bypass.pass().await {
+                Ok(_) => {
+                    cfg.ready.send_replace(true);
+                }
+                Err(e) => {
+                    cfg.ready.send_replace(false);
+                    tracing::warn!(error = %e, "bypass pass: kubelet pod list unavailable");
+                }
             }
             if cfg.mode == Mode::Auto && probe_nri(&cfg.nri).await {
                 tracing::info!("NRI socket answers: switching from bypass to NRI");
@@ -193,6 +202,21 @@ async fn run_nri(
     tracing::info!(plugin = %cfg.nri.full_name(), "enforcing through NRI");
     let handle = RuntimeHandle::new();
     let handler = Arc::new(NriHandler::new(manager.clone(), translation));
+    let readiness = {
+        let mut sessions = handle.subscribe_sessions();
+        let ready = cfg.ready.clone();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            loop {
+                let connected = matches!(*sessions.borrow_and_update(), SessionState::Connected { .. });
+                ready.send_replace(connected);
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    changed = sessions.changed() => if changed.is_err() { return },
+                }
+            }
+        })
+    };
     let reconcile = {
         let manager = manager.clone();
         let handle = handle.clone();
@@ -223,6 +247,7 @@ async fn run_nri(
     let result = plugin::run(cfg.nri.clone(), handler, handle, shutdown.clone()).await;
     shutdown.cancel();
     let _ = reconcile.await;
+    let _ = readiness.await;
     result.map_err(ServiceError::from)
 }
 

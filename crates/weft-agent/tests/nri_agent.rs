@@ -611,3 +611,77 @@ async fn a_running_pod_that_cannot_be_admitted_at_synchronize_is_kept_off_exclus
     assert_eq!(big.linux.resources.cpu.quota.as_ref().map(|q| q.value), None, "only the cpuset is managed");
     b.kill().await;
 }
+
+fn service_config(
+    socket: &Path,
+    checkpoint: &Path,
+    kubelet: Arc<Kubelet>,
+    mode: weft_agent::service::Mode,
+    cgroups: Option<&Path>,
+) -> weft_agent::service::ServiceConfig {
+    use weft_agent::cgroup::{CgroupDriver, CgroupHierarchy, CgroupLayout, ContainerRuntime};
+    let mut nri = PluginOptions::new("weft", "10");
+    nri.socket = SocketSource::Path(socket.to_path_buf());
+    nri.backoff_min = Duration::from_millis(10);
+    nri.backoff_max = Duration::from_millis(50);
+    weft_agent::service::ServiceConfig {
+        mode,
+        layout: layout(),
+        orm: orm_config(TopologyPolicy::BestEffort),
+        locator: Arc::new(Gpus),
+        checkpoint: checkpoint.to_path_buf(),
+        nri,
+        kubelet: Some(kubelet as Arc<dyn PodSource>),
+        cgroups: cgroups.map(CgroupHierarchy::v2),
+        cgroup_layout: CgroupLayout::new(CgroupDriver::Cgroupfs, ContainerRuntime::Containerd),
+        period: Duration::from_millis(20),
+        ready: Arc::new(tokio::sync::watch::Sender::new(false)),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_reports_ready_while_an_nri_session_is_synchronized() {
+    let s = setup(RuntimeOptions::default()).await;
+    let cfg = service_config(&s.socket, &s.checkpoint, s.kubelet.clone(), weft_agent::service::Mode::Nri, None);
+    let mut ready = cfg.ready.subscribe();
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(weft_agent::service::run(cfg, stop.clone()));
+    guard(ready.wait_for(|r| *r)).await.unwrap();
+    s.runtime.drop_all_connections();
+    guard(ready.wait_for(|r| !*r)).await.unwrap();
+    guard(ready.wait_for(|r| *r)).await.unwrap();
+    guard(s.runtime.wait_synchronized_times("10-weft", 2)).await;
+    stop.cancel();
+    guard(task).await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_mode_enforces_by_bypass_until_the_nri_socket_appears_then_switches() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("nri.sock");
+    // A cgroup v2 tree on plain files: bypass has somewhere to write, and finds no containers.
+    let cgroot = dir.path().join("cgroup");
+    std::fs::create_dir(&cgroot).unwrap();
+    std::fs::write(cgroot.join("cgroup.controllers"), "cpuset cpu memory\n").unwrap();
+    let kubelet = Arc::new(Kubelet::default());
+    kubelet.add(k8s_pod("early", "early", "2", "1Gi", true, None));
+    let checkpoint = dir.path().join("orm.json");
+    // Nothing listens on the NRI socket yet.
+    let cfg = service_config(&socket, &checkpoint, kubelet, weft_agent::service::Mode::Auto, Some(&cgroot));
+    let mut ready = cfg.ready.subscribe();
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(weft_agent::service::run(cfg, stop.clone()));
+    // Bypass: the kubelet's pod is admitted (and checkpointed) without any runtime hook.
+    guard(ready.wait_for(|r| *r)).await.unwrap();
+    let stored = Checkpoint::new(&checkpoint).load().unwrap().unwrap();
+    assert_eq!(stored.pods.iter().map(|p| p.uid.as_str()).collect::<Vec<_>>(), ["early"]);
+
+    // containerd gains NRI: the agent registers, and the pod keeps its CPUs.
+    let runtime = Runtime::start(&socket, RuntimeOptions::default()).await.unwrap();
+    guard(runtime.wait_synchronized("10-weft")).await;
+    runtime.run_pod_sandbox(sandbox("early", "early", None)).await.unwrap();
+    let c = guard(runtime.create_container("sb-early", container("early"))).await.unwrap();
+    assert_eq!(cpus_of(&c), stored.pods[0].exclusive);
+    stop.cancel();
+    guard(task).await.unwrap().unwrap();
+}

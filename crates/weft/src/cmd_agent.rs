@@ -218,6 +218,7 @@ fn service_config(a: &AgentArgs, topology: Option<NodeTopology>) -> anyhow::Resu
         cgroups,
         cgroup_layout: CgroupLayout::new(driver, runtime),
         period: Duration::from_secs(o.reconcile_period),
+        ready: Arc::new(tokio::sync::watch::Sender::new(false)),
     })
 }
 
@@ -262,6 +263,8 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
         let ops = Ops::new(registry);
         let mut tasks = Vec::new();
         if let Some(cfg) = service {
+            let ready = cfg.ready.clone();
+            ops.add_readiness_check("resource manager enforcing", move || *ready.borrow());
             eprintln!("weft agent on node {}: resource manager in mode {:?}", a.node, a.orm.mode);
             let sd = shutdown.clone();
             tasks.push(tokio::spawn(async move {
