@@ -15,16 +15,21 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use thiserror::Error;
 use weft_topology::CpuSet;
 
 use crate::checkpoint::{Checkpoint, CheckpointError};
-use crate::kubelet::PodSource;
+use crate::kubelet::{KubeletError, PodSource};
 use crate::orm::{OrmState, ResourceManager};
 use crate::pod::{DeviceLocator, PodSpec, pod_devices};
 use crate::settings::ContainerSettings;
+
+/// How long an admission waits for the kubelet before the runtime has said its request timeout:
+/// half of NRI's default 2 s.
+pub const DEFAULT_KUBELET_BUDGET: Duration = Duration::from_secs(1);
 
 /// Where the allocations are kept across restarts. [`Checkpoint`] is the real one; tests wrap it to
 /// stop at a chosen step.
@@ -126,27 +131,34 @@ impl PodCatalog {
         *lock(&self.cache) = fresh;
     }
 
-    /// The spec of pod `uid`: from the cache, else from a fresh kubelet list. `None` when the kubelet
-    /// does not know it or cannot be reached (logged).
-    pub async fn spec(&self, uid: &str) -> Option<PodSpec> {
-        if let Some(spec) = lock(&self.cache).get(uid) {
-            return Some(spec.clone());
-        }
-        let source = self.source.as_ref()?;
-        match source.pods().await {
-            Ok(pods) => self.replace(&pods),
-            Err(e) => {
-                tracing::warn!(error = %e, pod_uid = uid, "kubelet pod list unavailable");
-                return None;
-            }
-        }
+    /// The spec of pod `uid` from the cache.
+    pub fn cached(&self, uid: &str) -> Option<PodSpec> {
         lock(&self.cache).get(uid).cloned()
+    }
+
+    /// Refill the cache from a fresh kubelet list (nothing to do without a kubelet).
+    pub async fn refresh(&self) -> Result<(), KubeletError> {
+        let Some(source) = self.source.as_ref() else { return Ok(()) };
+        let pods = source.pods().await?;
+        self.replace(&pods);
+        Ok(())
+    }
+
+    /// The spec of pod `uid`: from the cache, else from a fresh kubelet list. `Ok(None)` when the
+    /// kubelet does not know the pod, or there is no kubelet to ask.
+    pub async fn spec(&self, uid: &str) -> Result<Option<PodSpec>, KubeletError> {
+        if let Some(spec) = self.cached(uid) {
+            return Ok(Some(spec));
+        }
+        self.refresh().await?;
+        Ok(self.cached(uid))
     }
 }
 
 /// The node's resource state.
 pub struct Manager {
     state: Mutex<ManagerState>,
+    kubelet_budget: Mutex<Duration>,
     store: Arc<dyn StateStore>,
     catalog: Arc<PodCatalog>,
     locator: Arc<dyn DeviceLocator>,
@@ -202,7 +214,13 @@ impl Manager {
         locator: Arc<dyn DeviceLocator>,
     ) -> Manager {
         let state = ManagerState { rm, containers: BTreeMap::new(), generation: 0, scanned: 0 };
-        Manager { state: Mutex::new(state), store, catalog, locator }
+        Manager {
+            state: Mutex::new(state),
+            kubelet_budget: Mutex::new(DEFAULT_KUBELET_BUDGET),
+            store,
+            catalog,
+            locator,
+        }
     }
 
     /// The pod-spec catalog.
@@ -210,20 +228,55 @@ impl Manager {
         &self.catalog
     }
 
-    /// Admit pod `meta.uid` (idempotent) and checkpoint. Without a spec from the kubelet the pod is
+    /// How long an admission may wait for the kubelet's pod list: half the runtime's request
+    /// timeout (NRI Configure), so a slow kubelet fails the call instead of getting weft dropped.
+    pub fn set_kubelet_budget(&self, budget: Duration) {
+        *lock(&self.kubelet_budget) = budget;
+    }
+
+    /// Admit pod `meta.uid` (idempotent) and checkpoint: RunPodSandbox and CreateContainer. The
+    /// spec comes from the kubelet; a pod the kubelet does not know (or no kubelet configured) is
     /// admitted into the shared pool from the runtime's facts (its annotations still give its
-    /// devices, so its environment and memory nodes follow them).
+    /// devices). A kubelet that fails or does not answer within the budget fails the admission, so
+    /// the runtime fails the sandbox and the kubelet retries it, rather than a Guaranteed pod being
+    /// admitted without its exclusive CPUs.
     pub async fn admit(&self, meta: &PodMeta) -> Result<(), ManagerError> {
         if self.is_admitted(&meta.uid) {
             return Ok(());
         }
-        let spec = match self.catalog.spec(&meta.uid).await {
-            Some(spec) => spec,
-            None => {
-                tracing::warn!(pod = %meta.label(), "no pod spec from the kubelet: admitting into the shared pool");
+        let budget = *lock(&self.kubelet_budget);
+        let spec = match tokio::time::timeout(budget, self.catalog.spec(&meta.uid)).await {
+            Ok(Ok(Some(spec))) => spec,
+            Ok(Ok(None)) => {
+                tracing::warn!(pod = %meta.label(), "the kubelet has no spec for this pod: admitting into the shared pool");
                 PodSpec::unknown(&meta.uid, &meta.namespace, &meta.name, meta.annotations.clone())
             }
+            Ok(Err(e)) => {
+                return Err(ManagerError::Admit {
+                    pod: meta.label(),
+                    reason: format!("pod spec unavailable: {e} (the runtime will retry)"),
+                });
+            }
+            Err(_) => {
+                return Err(ManagerError::Admit {
+                    pod: meta.label(),
+                    reason: format!(
+                        "the kubelet did not list pods within {} ms (the runtime will retry)",
+                        budget.as_millis()
+                    ),
+                });
+            }
         };
+        self.admit_spec(&spec)
+    }
+
+    /// Admit a running pod found at a resync from the cached spec (the caller refreshed the cache
+    /// once for the whole resync); without one, into the shared pool.
+    fn admit_running(&self, meta: &PodMeta) -> Result<(), ManagerError> {
+        let spec = self.catalog.cached(&meta.uid).unwrap_or_else(|| {
+            tracing::warn!(pod = %meta.label(), "no pod spec from the kubelet: admitting the running pod into the shared pool");
+            PodSpec::unknown(&meta.uid, &meta.namespace, &meta.name, meta.annotations.clone())
+        });
         self.admit_spec(&spec)
     }
 
@@ -308,11 +361,22 @@ impl Manager {
                 }
             }
         }
+        let missing = live.iter().any(|m| !self.is_admitted(&m.uid) && self.catalog.cached(&m.uid).is_none());
+        if missing {
+            // One bounded kubelet list for the whole resync (a Synchronize shares one request
+            // timeout across every pod).
+            let budget = *lock(&self.kubelet_budget);
+            match tokio::time::timeout(budget, self.catalog.refresh()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!(error = %e, "resync: kubelet pod list unavailable"),
+                Err(_) => tracing::warn!(budget_ms = budget.as_millis() as u64, "resync: kubelet pod list too slow"),
+            }
+        }
         for meta in live {
             if self.is_admitted(&meta.uid) {
                 continue;
             }
-            match self.admit(meta).await {
+            match self.admit_running(meta) {
                 Ok(()) => out.admitted.push(meta.uid.clone()),
                 Err(e) => out.refused.push((meta.uid.clone(), e.to_string())),
             }

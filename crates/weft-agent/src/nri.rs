@@ -198,6 +198,7 @@ impl Handler for NriHandler {
             request_timeout_ms = runtime.request_timeout.as_millis() as u64,
             "NRI runtime configured us"
         );
+        self.manager.set_kubelet_budget(runtime.request_timeout / 2);
         Ok(())
     }
 

@@ -251,6 +251,14 @@ impl Setup {
     }
 }
 
+impl Setup {
+    /// Run pod `uid` (already in the kubelet's list) again, as the kubelet's retry does.
+    async fn run_pod_again(&self, uid: &str) -> Result<api::Container, RuntimeError> {
+        self.runtime.run_pod_sandbox(sandbox(uid, uid, None)).await?;
+        self.runtime.create_container(&format!("sb-{uid}"), container(uid)).await
+    }
+}
+
 fn exclusive_sets(m: &Manager) -> Vec<(String, CpuSet)> {
     m.state().pods.iter().map(|p| (p.uid.clone(), p.exclusive.clone())).collect()
 }
@@ -520,24 +528,27 @@ async fn socket_dropped_mid_synchronize_reconnects_and_ends_consistent() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_slow_admission_gets_the_plugin_dropped_and_the_pod_is_admitted_after_reconnecting() {
+async fn a_slow_kubelet_fails_the_sandbox_inside_the_budget_instead_of_getting_weft_dropped() {
+    // Request timeout 300 ms: weft waits for the kubelet at most half of it, then fails the
+    // sandbox with the reason; the runtime keeps the plugin, and the kubelet's retry is admitted.
     let s = setup(RuntimeOptions { request_timeout: Duration::from_millis(300), ..RuntimeOptions::default() }).await;
     let a = s.agent(TopologyPolicy::BestEffort);
     guard(s.runtime.wait_synchronized("10-weft")).await;
     let gate = Arc::new(Notify::new());
     *s.kubelet.block.lock().unwrap() = Some(gate.clone());
-    let from = s.runtime.event_count();
     s.kubelet.add(k8s_pod("slow", "slow", "2", "1Gi", true, None));
-    guard(s.runtime.run_pod_sandbox(sandbox("slow", "slow", None))).await.unwrap();
-    guard(s.runtime.wait_dropped("10-weft", from)).await;
-    guard(s.runtime.create_container("sb-slow", container("slow"))).await.unwrap();
-    // The kubelet answers again; the plugin reconnects and Synchronize admits the pod.
+    let err = guard(s.runtime.run_pod_sandbox(sandbox("slow", "slow", None))).await.unwrap_err().to_string();
+    assert!(err.contains("did not list pods within 150 ms"), "{err}");
+    assert!(!a.manager.is_admitted("slow"));
+    let dropped = s.runtime.events().into_iter().any(|e| matches!(e, HarnessEvent::Dropped { .. }));
+    assert!(!dropped, "the plugin must stay registered");
+
+    // The kubelet answers again; its retry of the sandbox is admitted.
     *s.kubelet.block.lock().unwrap() = None;
     gate.notify_waiters();
-    guard(s.runtime.wait_synchronized_times("10-weft", 2)).await;
-    let sets = exclusive_sets(&a.manager);
-    assert_eq!(sets.len(), 1, "{sets:?}");
-    assert_eq!(cpus_of(&s.runtime.container("c-slow").unwrap()), sets[0].1);
+    let c = guard(s.run_pod_again("slow")).await.unwrap();
+    assert_eq!(cpus_of(&c).len(), 2);
+    assert_disjoint(&exclusive_sets(&a.manager));
     a.kill().await;
 }
 
@@ -647,10 +658,15 @@ async fn the_service_reports_ready_while_an_nri_session_is_synchronized() {
     let stop = CancellationToken::new();
     let task = tokio::spawn(weft_agent::service::run(cfg, stop.clone()));
     guard(ready.wait_for(|r| *r)).await.unwrap();
+    guard(s.runtime.wait_synchronized("10-weft")).await;
+    // A runtime restart: ready again once the new session is synchronized.
     s.runtime.drop_all_connections();
-    guard(ready.wait_for(|r| !*r)).await.unwrap();
-    guard(ready.wait_for(|r| *r)).await.unwrap();
     guard(s.runtime.wait_synchronized_times("10-weft", 2)).await;
+    guard(ready.wait_for(|r| *r)).await.unwrap();
+    // The runtime gone for good: not ready while weft keeps trying to reconnect.
+    let Setup { runtime, _dir, .. } = s;
+    drop(runtime);
+    guard(ready.wait_for(|r| !*r)).await.unwrap();
     stop.cancel();
     guard(task).await.unwrap().unwrap();
 }
