@@ -322,11 +322,6 @@ impl Manager {
         lock(&self.state).rm.allocation(uid).is_some()
     }
 
-    /// The shared pool now: every online CPU no admitted pod holds exclusively.
-    pub fn shared_pool(&self) -> CpuSet {
-        lock(&self.state).rm.shared_pool()
-    }
-
     /// UIDs of the admitted pods.
     pub fn admitted(&self) -> BTreeSet<String> {
         lock(&self.state).rm.pods().map(|p| p.uid.clone()).collect()

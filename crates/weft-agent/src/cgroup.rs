@@ -32,7 +32,6 @@
 //! intermediate quota/period ratio the smaller one, so a parent's bandwidth limit holds throughout.
 //! v2 has neither constraint (an out-of-parent cpuset only narrows the effective set).
 
-use std::collections::BTreeSet;
 use std::fmt;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -40,6 +39,7 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 use weft_topology::CpuSet;
 
+use crate::cpus::{intersection, is_subset, union};
 use crate::pod::QosClass;
 use crate::settings::ContainerSettings;
 
@@ -1125,18 +1125,6 @@ fn parse_cpu_max(file: &Path, raw: &str) -> Result<(i64, u64), CgroupError> {
 /// `max` → -1, else bytes.
 fn parse_memory_v2(file: &Path, raw: &str) -> Result<i64, CgroupError> {
     if raw == "max" { Ok(-1) } else { parse_num(file, raw) }
-}
-
-fn is_subset(a: &CpuSet, b: &CpuSet) -> bool {
-    a.iter().all(|c| b.contains(c))
-}
-
-fn union(a: &CpuSet, b: &CpuSet) -> CpuSet {
-    a.iter().chain(b.iter()).collect::<BTreeSet<u32>>().into_iter().collect()
-}
-
-fn intersection(a: &CpuSet, b: &CpuSet) -> CpuSet {
-    a.iter().filter(|c| b.contains(*c)).collect()
 }
 
 #[cfg(test)]

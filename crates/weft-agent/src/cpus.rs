@@ -44,6 +44,11 @@ pub fn union(a: &CpuSet, b: &CpuSet) -> CpuSet {
     a.iter().chain(b.iter()).collect()
 }
 
+/// Whether every CPU of `a` is in `b`.
+pub fn is_subset(a: &CpuSet, b: &CpuSet) -> bool {
+    a.iter().all(|c| b.contains(c))
+}
+
 /// Whether `a` and `b` share a CPU.
 pub fn overlaps(a: &CpuSet, b: &CpuSet) -> bool {
     a.iter().any(|c| b.contains(c))
@@ -264,5 +269,6 @@ mod tests {
         assert_eq!(intersection(&set("0-5"), &set("4-9")), set("4-5"));
         assert_eq!(union(&set("0-1"), &set("4")), set("0-1,4"));
         assert!(overlaps(&set("0-5"), &set("5-6")) && !overlaps(&set("0-4"), &set("5-6")));
+        assert!(is_subset(&set("1-2"), &set("0-5")) && !is_subset(&set("4-6"), &set("0-5")));
     }
 }
