@@ -16,6 +16,7 @@ pub mod config;
 pub mod controller;
 pub mod crd;
 pub mod decision;
+pub mod http;
 pub mod job_controller;
 pub mod kube_view;
 pub mod leader;

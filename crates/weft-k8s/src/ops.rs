@@ -27,7 +27,7 @@ type Check = (String, Box<dyn Fn() -> bool + Send + Sync>);
 
 /// Health, readiness and metrics of one process.
 pub struct Ops {
-    registry: Registry,
+    registry: RwLock<Registry>,
     checks: RwLock<Vec<Check>>,
 }
 
@@ -46,7 +46,13 @@ pub fn registry() -> Registry {
 impl Ops {
     /// Serve the metrics in `registry`; readiness starts with no checks (ready).
     pub fn new(registry: Registry) -> Arc<Ops> {
-        Arc::new(Ops { registry, checks: RwLock::new(Vec::new()) })
+        Arc::new(Ops { registry: RwLock::new(registry), checks: RwLock::new(Vec::new()) })
+    }
+
+    /// Registers metrics after the endpoint was made (e.g. while it already serves); returns what
+    /// `register` returns (typically the metric handles).
+    pub fn register_metrics<T>(&self, register: impl FnOnce(&mut Registry) -> T) -> T {
+        register(&mut self.registry.write().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// Add a readiness check named `name`.
@@ -70,7 +76,7 @@ impl Ops {
     pub fn encode_metrics(&self) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail; an error here would be a bug in a metric's encoder.
-        if let Err(e) = encode(&mut out, &self.registry) {
+        if let Err(e) = encode(&mut out, &self.registry.read().unwrap_or_else(PoisonError::into_inner)) {
             tracing::error!(error = %e, "encoding metrics failed");
         }
         out
@@ -110,7 +116,8 @@ async fn metrics(State(ops): State<Arc<Ops>>) -> Response {
     (StatusCode::OK, [(header::CONTENT_TYPE, content_type)], ops.encode_metrics()).into_response()
 }
 
-/// Serve `ops` on `listener` until `shutdown` completes.
+/// Serve `ops` on `listener` until `shutdown` completes, with the connection limits every weft
+/// server has ([`crate::http`]).
 pub async fn serve<F>(listener: TcpListener, ops: Arc<Ops>, shutdown: F) -> std::io::Result<()>
 where
     F: Future<Output = ()> + Send + 'static,
@@ -118,7 +125,7 @@ where
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, "ops endpoint (healthz, readyz, metrics) listening");
     }
-    axum::serve(listener, ops.router()).with_graceful_shutdown(shutdown).await
+    crate::http::serve(listener, ops.router(), None, crate::http::ServeOptions::default(), shutdown).await
 }
 
 /// A token cancelled when the process gets SIGTERM (what the kubelet sends on pod deletion) or
@@ -147,11 +154,13 @@ pub fn shutdown_on_signals() -> CancellationToken {
         };
         #[cfg(not(unix))]
         let term = std::future::pending::<()>();
-        tokio::select! {
-            () = ctrl_c => tracing::info!("SIGINT: shutting down"),
-            () = term => tracing::info!("SIGTERM: shutting down"),
-        }
+        // Cancel first, then log: logging must never stand between a signal and the shutdown.
+        let signal = tokio::select! {
+            () = ctrl_c => "SIGINT",
+            () = term => "SIGTERM",
+        };
         t.cancel();
+        tracing::info!("{signal}: shutting down");
     });
     token
 }
