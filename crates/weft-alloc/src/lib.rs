@@ -113,6 +113,13 @@ impl PreparedNode {
         self.n
     }
 
+    /// Bytes this node holds on the heap and inline (for caches that bound their memory).
+    pub fn heap_bytes(&self) -> usize {
+        std::mem::size_of::<PreparedNode>()
+            + self.scores.capacity() * std::mem::size_of::<u32>()
+            + self.nvlink_peers.capacity() * std::mem::size_of::<u128>()
+    }
+
     /// Whether the node has no GPUs.
     pub fn is_empty(&self) -> bool {
         self.n == 0

@@ -1,7 +1,7 @@
-//! Topology annotations read once: node → `PreparedNode`, reused until the annotation changes.
+//! Topology annotations read once: annotation text → `PreparedNode`, shared by every node that
+//! carries the same text, bounded in entries and bytes.
 
 use std::collections::HashMap;
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::api::core::v1::Node;
@@ -13,51 +13,93 @@ use crate::TOPOLOGY_ANNOTATION;
 /// A node's prepared topology, or why there is none.
 pub type Resolved = Result<Arc<PreparedNode>, Arc<str>>;
 
-/// Requests between sweeps of entries for nodes no longer asked about.
-const SWEEP_EVERY: u64 = 256;
+/// Default of [`CacheLimits::max_nodes`].
+pub const DEFAULT_MAX_NODES: usize = 20_000;
+/// Default of [`CacheLimits::max_bytes`].
+pub const DEFAULT_MAX_BYTES: usize = 128 << 20;
+
+/// How much a [`TopologyCache`] may hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheLimits {
+    /// Node names remembered (each maps to one annotation text).
+    pub max_nodes: usize,
+    /// Bytes of annotation text, prepared topologies and names together (an estimate of the heap
+    /// they use).
+    pub max_bytes: usize,
+}
+
+impl Default for CacheLimits {
+    fn default() -> CacheLimits {
+        CacheLimits { max_nodes: DEFAULT_MAX_NODES, max_bytes: DEFAULT_MAX_BYTES }
+    }
+}
 
 /// Caches each node's prepared topology.
 ///
-/// An entry is reused while the node's `resourceVersion` is unchanged, or, when it changed (or the
-/// node has none), while the annotation text hashes and measures the same. Failures (unreadable
-/// annotations) are cached the same way, so a bad annotation is reported once per change, not once
-/// per request. Entries for nodes not asked about for 256 requests are dropped.
+/// Entries are keyed by the annotation's text, compared in full, so nodes of one kind share one
+/// parsed and prepared topology however many there are. A node name remembers which text it
+/// had at which `resourceVersion`, so an unchanged node costs one lookup. Failures (unreadable
+/// annotations) are cached the same way, so a bad annotation is reported once per change, not
+/// once per request.
+///
+/// When more than [`CacheLimits::max_nodes`] names or [`CacheLimits::max_bytes`] bytes are held
+/// after a request, the least recently used entries go until the cache is at 7/8 of its limits.
+/// A request's own results are never evicted while it is being resolved (they are returned as
+/// `Arc`s), so the limits bound what stays between requests, not what one request sees.
 #[derive(Debug)]
 pub struct TopologyCache {
     inner: Mutex<Inner>,
+    limits: CacheLimits,
     missing: Arc<str>,
     not_in_view: Arc<str>,
 }
 
 #[derive(Debug, Default)]
 struct Inner {
-    entries: HashMap<String, Entry>,
+    names: HashMap<String, NameEntry>,
+    texts: HashMap<Arc<str>, TextEntry>,
+    bytes: usize,
     tick: u64,
     parses: u64,
 }
 
 #[derive(Debug)]
-struct Entry {
+struct NameEntry {
     resource_version: Option<String>,
-    digest: (u64, usize),
-    value: Resolved,
+    text: Arc<str>,
     last_used: u64,
 }
 
+#[derive(Debug)]
+struct TextEntry {
+    value: Resolved,
+    bytes: usize,
+    last_used: u64,
+}
+
+/// Fixed cost counted for each name entry besides its strings (map slot, `Arc`, counters).
+const NAME_OVERHEAD: usize = 96;
+
 impl Default for TopologyCache {
     fn default() -> Self {
-        TopologyCache {
-            inner: Mutex::default(),
-            missing: format!("node has no {TOPOLOGY_ANNOTATION} annotation").into(),
-            not_in_view: Arc::from("node is not in the extender's node cache"),
-        }
+        TopologyCache::with_limits(CacheLimits::default())
     }
 }
 
 impl TopologyCache {
-    /// An empty cache.
+    /// An empty cache with the default limits.
     pub fn new() -> TopologyCache {
         TopologyCache::default()
+    }
+
+    /// An empty cache with these limits.
+    pub fn with_limits(limits: CacheLimits) -> TopologyCache {
+        TopologyCache {
+            inner: Mutex::default(),
+            limits,
+            missing: format!("node has no {TOPOLOGY_ANNOTATION} annotation").into(),
+            not_in_view: Arc::from("node is not in the extender's node cache"),
+        }
     }
 
     /// Resolve a batch of nodes (one request's candidates); `None` stands for a node the view does
@@ -72,9 +114,7 @@ impl TopologyCache {
                 Some(node) => inner.resolve(node, &self.missing),
             })
             .collect();
-        if inner.tick.is_multiple_of(SWEEP_EVERY) {
-            inner.sweep();
-        }
+        inner.enforce(self.limits);
         out
     }
 
@@ -83,9 +123,9 @@ impl TopologyCache {
         self.resolve_all([Some(node)]).pop().unwrap_or_else(|| Err(self.missing.clone()))
     }
 
-    /// Number of nodes cached.
+    /// Number of node names cached.
     pub fn len(&self) -> usize {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner).entries.len()
+        self.lock().names.len()
     }
 
     /// Whether nothing is cached.
@@ -93,9 +133,28 @@ impl TopologyCache {
         self.len() == 0
     }
 
+    /// Number of distinct annotation texts cached (each parsed once).
+    pub fn distinct_topologies(&self) -> usize {
+        self.lock().texts.len()
+    }
+
+    /// Estimated bytes held.
+    pub fn bytes(&self) -> usize {
+        self.lock().bytes
+    }
+
+    /// The limits.
+    pub fn limits(&self) -> CacheLimits {
+        self.limits
+    }
+
     /// How many annotations have been parsed since the cache was made (for tests and metrics).
     pub fn parses(&self) -> u64 {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner).parses
+        self.lock().parses
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -103,33 +162,64 @@ impl Inner {
     fn resolve(&mut self, node: &Node, missing: &Arc<str>) -> Resolved {
         let name = node.metadata.name.as_deref().unwrap_or("");
         let Some(text) = node.metadata.annotations.as_ref().and_then(|a| a.get(TOPOLOGY_ANNOTATION)) else {
-            self.entries.remove(name);
+            self.forget_name(name);
             return Err(missing.clone());
         };
         let rv = node.metadata.resource_version.as_deref();
         let tick = self.tick;
-        if let Some(e) = self.entries.get_mut(name) {
-            if rv.is_some() && e.resource_version.as_deref() == rv {
-                e.last_used = tick;
-                return e.value.clone();
-            }
-            if e.digest == digest(text) {
+        // The same node at the same resourceVersion: its text is the one remembered.
+        let mut bytes = self.bytes;
+        let remembered = self.names.get_mut(name).and_then(|e| {
+            let same_version = rv.is_some() && e.resource_version.as_deref() == rv;
+            if !same_version {
+                if *e.text != **text {
+                    return None;
+                }
+                // The same text under another version: remember the version.
+                bytes = bytes - e.resource_version.as_ref().map_or(0, String::len) + rv.map_or(0, str::len);
                 e.resource_version = rv.map(str::to_string);
-                e.last_used = tick;
-                return e.value.clone();
             }
+            e.last_used = tick;
+            Some(e.text.clone())
+        });
+        self.bytes = bytes;
+        let key = match remembered {
+            Some(key) => key,
+            None => {
+                let key = self
+                    .texts
+                    .get_key_value(text.as_str())
+                    .map(|(k, _)| k.clone())
+                    .unwrap_or_else(|| Arc::from(text.as_str()));
+                self.forget_name(name);
+                self.bytes += name.len() + rv.map_or(0, str::len) + NAME_OVERHEAD;
+                self.names.insert(
+                    name.to_string(),
+                    NameEntry { resource_version: rv.map(str::to_string), text: key.clone(), last_used: tick },
+                );
+                key
+            }
+        };
+        if let Some(e) = self.texts.get_mut(&key) {
+            e.last_used = tick;
+            return e.value.clone();
         }
-        let value = self.parse(name, text);
-        self.entries.insert(
-            name.to_string(),
-            Entry {
-                resource_version: rv.map(str::to_string),
-                digest: digest(text),
-                value: value.clone(),
-                last_used: tick,
-            },
-        );
+        let value = self.parse(name, &key);
+        let bytes = key.len()
+            + match &value {
+                Ok(p) => p.heap_bytes(),
+                Err(e) => e.len(),
+            };
+        self.bytes += bytes;
+        self.texts.insert(key, TextEntry { value: value.clone(), bytes, last_used: tick });
         value
+    }
+
+    fn forget_name(&mut self, name: &str) {
+        if let Some(e) = self.names.remove(name) {
+            self.bytes =
+                self.bytes.saturating_sub(name.len() + e.resource_version.map_or(0, |v| v.len()) + NAME_OVERHEAD);
+        }
     }
 
     fn parse(&mut self, name: &str, text: &str) -> Resolved {
@@ -143,14 +233,44 @@ impl Inner {
         Ok(Arc::new(prepared))
     }
 
-    fn sweep(&mut self) {
-        let horizon = self.tick.saturating_sub(SWEEP_EVERY);
-        self.entries.retain(|_, e| e.last_used >= horizon);
+    /// Evicts least recently used entries until both limits hold with room (7/8 of each).
+    fn enforce(&mut self, limits: CacheLimits) {
+        if self.names.len() <= limits.max_nodes && self.bytes <= limits.max_bytes {
+            return;
+        }
+        let (node_goal, byte_goal) = (limits.max_nodes / 8 * 7, limits.max_bytes / 8 * 7);
+        if self.names.len() > node_goal {
+            let mut by_age: Vec<(u64, String)> = self.names.iter().map(|(n, e)| (e.last_used, n.clone())).collect();
+            by_age.sort_unstable();
+            let excess = self.names.len() - node_goal;
+            for (_, name) in by_age.into_iter().take(excess) {
+                self.forget_name(&name);
+            }
+        }
+        // Texts no name refers to any more go first, then the least recently used.
+        let referenced: std::collections::HashSet<*const u8> = self.names.values().map(|e| e.text.as_ptr()).collect();
+        let mut by_age: Vec<(bool, u64, Arc<str>)> =
+            self.texts.iter().map(|(k, e)| (referenced.contains(&k.as_ptr()), e.last_used, k.clone())).collect();
+        by_age.sort_unstable_by_key(|a| (a.0, a.1));
+        for (is_referenced, _, key) in by_age {
+            if self.bytes <= byte_goal && is_referenced {
+                break;
+            }
+            if let Some(e) = self.texts.remove(&key) {
+                self.bytes = self.bytes.saturating_sub(e.bytes);
+            }
+        }
+        // Names whose text is gone are re-read on their next request; drop them to keep the
+        // name map consistent with the texts.
+        let texts = &self.texts;
+        let mut freed = 0;
+        self.names.retain(|name, e| {
+            let keep = texts.contains_key(&e.text);
+            if !keep {
+                freed += name.len() + e.resource_version.as_ref().map_or(0, String::len) + NAME_OVERHEAD;
+            }
+            keep
+        });
+        self.bytes = self.bytes.saturating_sub(freed);
     }
-}
-
-fn digest(text: &str) -> (u64, usize) {
-    let mut h = DefaultHasher::new();
-    text.hash(&mut h);
-    (h.finish(), text.len())
 }

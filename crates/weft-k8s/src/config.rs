@@ -4,7 +4,12 @@ use std::time::Duration;
 
 use weft_alloc::ScoreConfig;
 
+use crate::cache::CacheLimits;
 use crate::usage::DEFAULT_GPU_RESOURCE;
+
+/// Default of [`ExtenderConfig::max_nodes_per_request`]: twice the 5,000 nodes Kubernetes
+/// supports in one cluster.
+pub const DEFAULT_MAX_NODES_PER_REQUEST: usize = 10_000;
 
 /// Settings of the scheduler extender (decisions and HTTP server).
 #[derive(Clone, Debug)]
@@ -25,8 +30,20 @@ pub struct ExtenderConfig {
     /// Largest request body accepted (default 64 MiB; a 5,000-node `Nodes` list is ~25–50 MiB).
     pub max_body_bytes: usize,
     /// Time allowed to read a request and decide (default 3 s, inside kube-scheduler's default
-    /// `httpTimeout` of 5 s).
+    /// `httpTimeout` of 5 s). Decisions stop at this deadline too, so a request given up on does
+    /// not keep a worker busy.
     pub request_timeout: Duration,
+    /// Candidate nodes one request may name; a larger request is refused (filter: `Error`;
+    /// prioritize: 400).
+    pub max_nodes_per_request: usize,
+    /// Requests deciding at once (each decides on one blocking thread); later ones wait for a
+    /// slot within their own deadline. Default: the number of CPUs.
+    pub max_concurrent_decisions: usize,
+    /// Honour the `X-Weft-Debug` header (prioritize answers carry each node's reason, which tells
+    /// the caller how many GPUs are free on it). Off by default.
+    pub debug_reasons: bool,
+    /// Bounds of the topology cache.
+    pub cache_limits: CacheLimits,
 }
 
 impl Default for ExtenderConfig {
@@ -39,6 +56,10 @@ impl Default for ExtenderConfig {
             path_prefix: String::new(),
             max_body_bytes: 64 << 20,
             request_timeout: Duration::from_secs(3),
+            max_nodes_per_request: DEFAULT_MAX_NODES_PER_REQUEST,
+            max_concurrent_decisions: std::thread::available_parallelism().map_or(2, usize::from),
+            debug_reasons: false,
+            cache_limits: CacheLimits::default(),
         }
     }
 }

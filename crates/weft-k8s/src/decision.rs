@@ -2,10 +2,42 @@
 //! topology and the GPUs in use, which nodes pass the filter and how each scores. No I/O; the HTTP
 //! layer ([`crate::server`]) and benchmarks call these directly.
 
+use std::time::Instant;
+
 use weft_alloc::{NodeFit, PreparedNode, ScoreCache};
 
 use crate::config::ExtenderConfig;
 use crate::wire::{MAX_EXTENDER_PRIORITY, MIN_EXTENDER_PRIORITY};
+
+/// When a request's work must stop: decisions check it between nodes, so a request that ran past
+/// its time stops computing instead of holding a worker after its answer was given up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Deadline(Option<Instant>);
+
+impl Deadline {
+    /// No deadline.
+    pub const NEVER: Deadline = Deadline(None);
+
+    /// Stop at `at`.
+    pub fn at(at: Instant) -> Deadline {
+        Deadline(Some(at))
+    }
+
+    /// Whether the deadline has passed.
+    pub fn passed(&self) -> bool {
+        self.0.is_some_and(|at| Instant::now() >= at)
+    }
+}
+
+/// The deadline passed before the decision was complete.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the request's time ran out after {done} of {total} nodes")]
+pub struct Expired {
+    /// Nodes decided before the deadline.
+    pub done: usize,
+    /// Nodes in the request.
+    pub total: usize,
+}
 
 /// What the extender knows about one candidate node.
 #[derive(Clone, Copy, Debug)]
@@ -60,7 +92,8 @@ impl Verdict {
 /// - `request == 0`: every node passes (GPU topology does not constrain the pod).
 /// - unknown topology: passes with a note unless `cfg.require_topology`, then unresolvable.
 /// - fewer GPUs on the node than requested: unresolvable (preemption cannot add GPUs).
-/// - fewer free GPUs than requested: fails, naming free vs requested.
+/// - fewer free GPUs than requested: fails with a reason that names the request but not the
+///   node's occupancy (reasons end up in pod events, which the pod's owner reads).
 pub fn filter(request: u64, nodes: &[NodeState<'_>], cfg: &ExtenderConfig) -> Vec<Verdict> {
     nodes.iter().map(|node| filter_one(request, node, cfg)).collect()
 }
@@ -80,7 +113,7 @@ fn filter_one(request: u64, node: &NodeState<'_>, cfg: &ExtenderConfig) -> Verdi
             if total < request {
                 Verdict::Unresolvable(format!("node has {total} GPUs; pod requests {request}"))
             } else if free < request {
-                Verdict::Fail(format!("{free} of {total} GPUs free; pod requests {request}"))
+                Verdict::Fail(format!("not enough free GPUs; pod requests {request}"))
             } else {
                 Verdict::Pass { note: None }
             }
@@ -131,17 +164,33 @@ pub fn prioritize_with(
     cfg: &ExtenderConfig,
     cache: &mut ScoreCache,
 ) -> Vec<NodeScore> {
+    // Without a deadline the scoring always completes.
+    prioritize_until(request, nodes, cfg, cache, Deadline::NEVER).unwrap_or_default()
+}
+
+/// [`prioritize_with`] that stops with [`Expired`] once `deadline` passes (checked before each
+/// node).
+pub fn prioritize_until(
+    request: u64,
+    nodes: &[NodeState<'_>],
+    cfg: &ExtenderConfig,
+    cache: &mut ScoreCache,
+    deadline: Deadline,
+) -> Result<Vec<NodeScore>, Expired> {
     if request == 0 {
         let score = cfg.neutral_score.clamp(MIN_EXTENDER_PRIORITY, MAX_EXTENDER_PRIORITY);
-        return nodes
+        return Ok(nodes
             .iter()
             .map(|_| NodeScore { score, fit: None, reason: Some("pod requests no GPUs; neutral score".into()) })
-            .collect();
+            .collect());
     }
     let count = usize::try_from(request).unwrap_or(usize::MAX);
-    nodes
-        .iter()
-        .map(|node| match *node {
+    let mut out = Vec::with_capacity(nodes.len());
+    for (i, node) in nodes.iter().enumerate() {
+        if deadline.passed() {
+            return Err(Expired { done: i, total: nodes.len() });
+        }
+        out.push(match *node {
             NodeState::Unknown { reason } => {
                 NodeScore { score: MIN_EXTENDER_PRIORITY, fit: None, reason: Some(format!("{reason}; not scored")) }
             }
@@ -149,19 +198,21 @@ pub fn prioritize_with(
                 let total = prepared.len() as u64;
                 let free_count = total - u64::from((used & mask(prepared.len())).count_ones());
                 if free_count < request {
-                    return NodeScore {
+                    NodeScore {
                         score: MIN_EXTENDER_PRIORITY,
                         fit: None,
                         reason: Some(format!("{free_count} of {total} GPUs free; pod requests {request}")),
-                    };
-                }
-                match cache.score(prepared, &node.free(), count, &cfg.score_config) {
-                    Ok(fit) => NodeScore { score: to_extender_priority(fit.score), fit: Some(fit), reason: None },
-                    Err(e) => NodeScore { score: MIN_EXTENDER_PRIORITY, fit: None, reason: Some(e.to_string()) },
+                    }
+                } else {
+                    match cache.score(prepared, &node.free(), count, &cfg.score_config) {
+                        Ok(fit) => NodeScore { score: to_extender_priority(fit.score), fit: Some(fit), reason: None },
+                        Err(e) => NodeScore { score: MIN_EXTENDER_PRIORITY, fit: None, reason: Some(e.to_string()) },
+                    }
                 }
             }
-        })
-        .collect()
+        });
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

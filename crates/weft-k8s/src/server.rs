@@ -14,6 +14,12 @@
 //!   200 with `Error` instead).
 //!
 //! Never 500: internal failures are reported the same way as bad input.
+//!
+//! Bounds (so that no caller can exhaust the process): at most `max_nodes_per_request` candidates
+//! per request; at most `max_concurrent_decisions` requests deciding at once (the others wait for a
+//! slot inside their own time limit); decisions stop at the request's deadline instead of running
+//! on after the answer was given up; the topology cache is bounded in names and bytes
+//! ([`TopologyCache`]); connection limits are [`crate::http`]'s.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -36,7 +42,8 @@ use weft_alloc::{PreparedNode, ScoreCache};
 
 use crate::cache::TopologyCache;
 use crate::config::ExtenderConfig;
-use crate::decision::{self, NodeState, Verdict};
+use crate::decision::{self, Deadline, Expired, NodeState, Verdict};
+use crate::http::ServeOptions;
 use crate::usage::{PodRef, RequestError, gpu_request, gpus_in_use};
 use crate::view::ClusterView;
 use crate::wire::{ExtenderArgs, ExtenderFilterResult, HostPriority, HostPriorityList, NodeList};
@@ -53,6 +60,17 @@ pub enum ExtenderError {
     /// The request has neither `Nodes` nor `NodeNames`.
     #[error("request has neither Nodes nor NodeNames")]
     NoNodes,
+    /// More candidate nodes than `max_nodes_per_request`.
+    #[error("request names {nodes} nodes; at most {max} are accepted (--max-nodes-per-request)")]
+    TooManyNodes {
+        /// Nodes in the request.
+        nodes: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The request's deadline passed while deciding.
+    #[error(transparent)]
+    Expired(#[from] Expired),
     /// The pod's GPU request cannot be read.
     #[error("pod {pod}: {error}")]
     BadRequest {
@@ -69,6 +87,7 @@ pub struct ExtenderState {
     cfg: ExtenderConfig,
     cache: TopologyCache,
     scores: Mutex<ScoreCache>,
+    deciding: Arc<tokio::sync::Semaphore>,
     metrics: ExtenderMetrics,
 }
 
@@ -127,10 +146,11 @@ impl ExtenderState {
     pub fn new(view: Arc<dyn ClusterView>, cfg: ExtenderConfig) -> ExtenderState {
         ExtenderState {
             view,
-            cfg,
-            cache: TopologyCache::new(),
+            cache: TopologyCache::with_limits(cfg.cache_limits),
             scores: Mutex::new(ScoreCache::with_capacity(SCORE_CACHE_CAPACITY)),
+            deciding: Arc::new(tokio::sync::Semaphore::new(cfg.max_concurrent_decisions.max(1))),
             metrics: ExtenderMetrics::default(),
+            cfg,
         }
     }
 
@@ -171,12 +191,19 @@ impl ExtenderState {
     ///
     /// A request with `Nodes` is answered with the passing node objects, unchanged; one with
     /// `NodeNames` with the passing names (a subset of the input, in input order).
-    pub fn filter(&self, mut args: ExtenderArgs) -> ExtenderFilterResult {
-        let (request, candidates) = match self.candidates(&args) {
+    pub fn filter(&self, args: ExtenderArgs) -> ExtenderFilterResult {
+        // Without a deadline the filter always completes.
+        self.filter_until(args, Deadline::NEVER).unwrap_or_default()
+    }
+
+    /// [`ExtenderState::filter`] that gives up once `deadline` passes.
+    pub fn filter_until(&self, mut args: ExtenderArgs, deadline: Deadline) -> Result<ExtenderFilterResult, Expired> {
+        let (request, candidates) = match self.candidates(&args, deadline) {
             Ok(c) => c,
+            Err(ExtenderError::Expired(e)) => return Err(e),
             Err(e) => {
                 tracing::warn!(error = %e, "filter request cannot be answered");
-                return ExtenderFilterResult { error: e.to_string(), ..ExtenderFilterResult::default() };
+                return Ok(ExtenderFilterResult { error: e.to_string(), ..ExtenderFilterResult::default() });
             }
         };
         let verdicts = decision::filter(request, &states(&candidates), &self.cfg);
@@ -213,16 +240,26 @@ impl ExtenderState {
             passed = passed.iter().filter(|p| **p).count(),
             "filter"
         );
-        result
+        Ok(result)
     }
 
     /// Answer a prioritize request: one entry per candidate, in input order. With `with_reasons`,
     /// entries that were not scored from topology carry a `Reason`.
     pub fn prioritize(&self, args: &ExtenderArgs, with_reasons: bool) -> Result<HostPriorityList, ExtenderError> {
-        let (request, candidates) = self.candidates(args)?;
+        self.prioritize_until(args, with_reasons, Deadline::NEVER)
+    }
+
+    /// [`ExtenderState::prioritize`] that gives up once `deadline` passes.
+    pub fn prioritize_until(
+        &self,
+        args: &ExtenderArgs,
+        with_reasons: bool,
+        deadline: Deadline,
+    ) -> Result<HostPriorityList, ExtenderError> {
+        let (request, candidates) = self.candidates(args, deadline)?;
         let scores = {
             let mut cache = self.scores.lock().unwrap_or_else(PoisonError::into_inner);
-            decision::prioritize_with(request, &states(&candidates), &self.cfg, &mut cache)
+            decision::prioritize_until(request, &states(&candidates), &self.cfg, &mut cache, deadline)?
         };
         Ok(candidates
             .into_iter()
@@ -237,7 +274,7 @@ impl ExtenderState {
     }
 
     /// The pod's GPU request and the candidates with their topology and GPUs in use.
-    fn candidates(&self, args: &ExtenderArgs) -> Result<(u64, Vec<Candidate>), ExtenderError> {
+    fn candidates(&self, args: &ExtenderArgs, deadline: Deadline) -> Result<(u64, Vec<Candidate>), ExtenderError> {
         let pod = args.pod.as_ref().ok_or(ExtenderError::NoPod)?;
         let request = gpu_request(pod, &self.cfg.resource_name)
             .map_err(|error| ExtenderError::BadRequest { pod: Box::new(PodRef::of(pod)), error: Box::new(error) })?;
@@ -246,6 +283,9 @@ impl ExtenderState {
             (None, Some(names)) => names.clone(),
             (None, None) => return Err(ExtenderError::NoNodes),
         };
+        if names.len() > self.cfg.max_nodes_per_request {
+            return Err(ExtenderError::TooManyNodes { nodes: names.len(), max: self.cfg.max_nodes_per_request });
+        }
         if request == 0 {
             // No GPU request: the decisions do not look at topology or usage.
             return Ok((
@@ -260,24 +300,25 @@ impl ExtenderState {
                 self.cache.resolve_all(from_view.iter().map(Option::as_deref))
             }
         };
-        let candidates = names
-            .into_iter()
-            .zip(resolved)
-            .map(|(name, prepared)| {
-                let used = match &prepared {
-                    Ok(p) => {
-                        let pods = self.view.pods_on_node(&name);
-                        let usage = gpus_in_use(p, &pods, &self.cfg.resource_name);
-                        for issue in &usage.issues {
-                            tracing::debug!(node = %name, "GPU accounting: {issue}");
-                        }
-                        usage.used
+        let total = names.len();
+        let mut candidates = Vec::with_capacity(total);
+        for (i, (name, prepared)) in names.into_iter().zip(resolved).enumerate() {
+            if deadline.passed() {
+                return Err(Expired { done: i, total }.into());
+            }
+            let used = match &prepared {
+                Ok(p) => {
+                    let pods = self.view.pods_on_node(&name);
+                    let usage = gpus_in_use(p, &pods, &self.cfg.resource_name);
+                    for issue in &usage.issues {
+                        tracing::debug!(node = %name, "GPU accounting: {issue}");
                     }
-                    Err(_) => 0,
-                };
-                Candidate { name, prepared, used }
-            })
-            .collect();
+                    usage.used
+                }
+                Err(_) => 0,
+            };
+            candidates.push(Candidate { name, prepared, used });
+        }
         Ok((request, candidates))
     }
 }
@@ -301,15 +342,21 @@ pub fn router(state: Arc<ExtenderState>) -> Router {
         .with_state(state)
 }
 
-/// Serve the extender on `listener` until `shutdown` completes, then finish in-flight requests.
-pub async fn serve<F>(listener: TcpListener, state: Arc<ExtenderState>, shutdown: F) -> std::io::Result<()>
+/// Serve the extender on `listener` until `shutdown` completes, then let in-flight requests
+/// finish within the grace of `opts` ([`crate::http`]).
+pub async fn serve<F>(
+    listener: TcpListener,
+    state: Arc<ExtenderState>,
+    opts: ServeOptions,
+    shutdown: F,
+) -> std::io::Result<()>
 where
     F: Future<Output = ()> + Send + 'static,
 {
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, prefix = %state.cfg.normalized_prefix(), "scheduler extender listening");
     }
-    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await
+    crate::http::serve(listener, router(state), None, opts, shutdown).await
 }
 
 /// A failed request: status and a plain-text message.
@@ -366,27 +413,62 @@ async fn prioritize_handler(State(state): State<Arc<ExtenderState>>, headers: He
     response
 }
 
-async fn filter_inner(state: Arc<ExtenderState>, headers: HeaderMap, body: Body) -> Response {
+/// Why a request got no decision.
+enum Unanswered {
+    /// Bad input or an internal failure, with the status and message to send.
+    Failed(Failure),
+    /// The request's time ran out (waiting for a slot or deciding).
+    TimedOut,
+}
+
+impl From<Failure> for Unanswered {
+    fn from(f: Failure) -> Unanswered {
+        Unanswered::Failed(f)
+    }
+}
+
+/// Reads the body, waits for a decision slot and runs `decide` on a blocking thread, all within
+/// the request timeout; `decide` gets the deadline so it stops when the time is up. The slot is
+/// held until `decide` returns, even when the answer was already given up.
+async fn decide<F>(state: Arc<ExtenderState>, headers: HeaderMap, body: Body, decide: F) -> Result<Vec<u8>, Unanswered>
+where
+    F: FnOnce(&ExtenderState, Bytes, Deadline) -> Result<Vec<u8>, Unanswered> + Send + 'static,
+{
     let timeout = state.cfg.request_timeout;
+    let deadline = Deadline::at(std::time::Instant::now() + timeout);
     let work = async move {
         let bytes = read_body(body, state.cfg.max_body_bytes, &headers).await?;
+        let slot =
+            state.deciding.clone().acquire_owned().await.map_err(|e| {
+                Failure(StatusCode::SERVICE_UNAVAILABLE, format!("weft extender is shutting down: {e}"))
+            })?;
         let st = state.clone();
-        let job = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, Failure> {
-            let args = decode_args(&bytes, "filter")?;
-            encode(&st.filter(args))
+        let job = tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            decide(&st, bytes, deadline)
         });
-        match job.await {
-            Ok(r) => r,
-            Err(e) => encode(&ExtenderFilterResult {
-                error: format!("weft extender internal error: {e}"),
-                ..ExtenderFilterResult::default()
-            }),
-        }
+        job.await.unwrap_or_else(|e| {
+            Err(Failure(StatusCode::SERVICE_UNAVAILABLE, format!("weft extender internal error: {e}")).into())
+        })
     };
     match tokio::time::timeout(timeout, work).await {
-        Ok(Ok(bytes)) => json_response(bytes),
-        Ok(Err(failure)) => failure.into_response(),
-        Err(_) => {
+        Ok(r) => r,
+        Err(_) => Err(Unanswered::TimedOut),
+    }
+}
+
+async fn filter_inner(state: Arc<ExtenderState>, headers: HeaderMap, body: Body) -> Response {
+    let timeout = state.cfg.request_timeout;
+    let decided = decide(state, headers, body, |st, bytes, deadline| {
+        let args = decode_args(&bytes, "filter")?;
+        let result = st.filter_until(args, deadline).map_err(|_| Unanswered::TimedOut)?;
+        Ok(encode(&result)?)
+    })
+    .await;
+    match decided {
+        Ok(bytes) => json_response(bytes),
+        Err(Unanswered::Failed(failure)) => failure.into_response(),
+        Err(Unanswered::TimedOut) => {
             tracing::warn!(?timeout, "filter request timed out");
             let result = ExtenderFilterResult {
                 error: format!("weft extender: filter did not finish within {timeout:?}"),
@@ -402,29 +484,27 @@ async fn filter_inner(state: Arc<ExtenderState>, headers: HeaderMap, body: Body)
 
 async fn prioritize_inner(state: Arc<ExtenderState>, headers: HeaderMap, body: Body) -> Response {
     let timeout = state.cfg.request_timeout;
-    let with_reasons = headers
-        .get(DEBUG_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "1");
-    let work = async move {
-        let bytes = read_body(body, state.cfg.max_body_bytes, &headers).await?;
-        let st = state.clone();
-        let job = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, Failure> {
-            let args = decode_args(&bytes, "prioritize")?;
-            let list = st.prioritize(&args, with_reasons).map_err(|e| {
+    let with_reasons = state.cfg.debug_reasons
+        && headers
+            .get(DEBUG_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "1");
+    let decided = decide(state, headers, body, move |st, bytes, deadline| {
+        let args = decode_args(&bytes, "prioritize")?;
+        match st.prioritize_until(&args, with_reasons, deadline) {
+            Ok(list) => Ok(encode(&list)?),
+            Err(ExtenderError::Expired(_)) => Err(Unanswered::TimedOut),
+            Err(e) => {
                 tracing::warn!(error = %e, "prioritize request cannot be answered");
-                Failure(StatusCode::BAD_REQUEST, format!("prioritize: {e}"))
-            })?;
-            encode(&list)
-        });
-        job.await.unwrap_or_else(|e| {
-            Err(Failure(StatusCode::SERVICE_UNAVAILABLE, format!("weft extender internal error: {e}")))
-        })
-    };
-    match tokio::time::timeout(timeout, work).await {
-        Ok(Ok(bytes)) => json_response(bytes),
-        Ok(Err(failure)) => failure.into_response(),
-        Err(_) => {
+                Err(Failure(StatusCode::BAD_REQUEST, format!("prioritize: {e}")).into())
+            }
+        }
+    })
+    .await;
+    match decided {
+        Ok(bytes) => json_response(bytes),
+        Err(Unanswered::Failed(failure)) => failure.into_response(),
+        Err(Unanswered::TimedOut) => {
             tracing::warn!(?timeout, "prioritize request timed out");
             Failure(StatusCode::SERVICE_UNAVAILABLE, format!("prioritize did not finish within {timeout:?}"))
                 .into_response()

@@ -41,7 +41,8 @@ fn filter_fails_when_fewer_free_than_requested() {
     let cfg = ExtenderConfig::default();
     let n8 = prep(&common::a100_nvswitch("n"));
     let v = filter(4, &[NodeState::Known { prepared: &n8, used: 0b0001_1111 }], &cfg);
-    assert_eq!(v[0], Verdict::Fail("3 of 8 GPUs free; pod requests 4".into()));
+    // The reason reaches the pod's events: it names the request, not the node's occupancy.
+    assert_eq!(v[0], Verdict::Fail("not enough free GPUs; pod requests 4".into()));
 }
 
 #[test]
@@ -151,4 +152,40 @@ fn cache_rereads_a_changed_annotation_even_without_resource_version() {
     n.metadata.annotations.as_mut().unwrap().insert(TOPOLOGY_ANNOTATION.into(), "GPU0 X".into());
     let e = cache.resolve(&n).unwrap_err();
     assert!(e.contains("not weft inventory JSON"), "{e}");
+}
+
+#[test]
+fn nodes_with_one_annotation_share_one_parse_and_the_cache_stays_within_its_limits() {
+    use weft_k8s::cache::CacheLimits;
+    let limits = CacheLimits { max_nodes: 100, max_bytes: 256 << 10 };
+    let cache = TopologyCache::with_limits(limits);
+    let topo = common::a100_nvswitch("same");
+    // A thousand tiny nodes with one and the same annotation (a prioritize request can carry them).
+    let nodes: Vec<_> = (0..1000).map(|i| common::node(&format!("n{i}"), Some(&topo), 8)).collect();
+    let got = cache.resolve_all(nodes.iter().map(Some));
+    assert!(got.iter().all(|r| r.as_ref().is_ok_and(|p| p.len() == 8)));
+    assert!(got.windows(2).all(|w| Arc::ptr_eq(w[0].as_ref().unwrap(), w[1].as_ref().unwrap())), "one shared entry");
+    assert_eq!(cache.parses(), 1);
+    assert!(cache.len() <= limits.max_nodes, "{} names kept", cache.len());
+    assert!(cache.bytes() <= limits.max_bytes);
+
+    // Many distinct annotations, request after request: the bytes held stay under the limit and
+    // every answer is still right.
+    for batch in 0..20 {
+        let nodes: Vec<_> = (0..50)
+            .map(|i| {
+                let name = format!("d{batch}-{i}");
+                common::node(&name, Some(&common::pcie_only(&name, 1 + i % 8)), 8)
+            })
+            .collect();
+        let got = cache.resolve_all(nodes.iter().map(Some));
+        for (i, r) in got.iter().enumerate() {
+            assert_eq!(r.as_ref().unwrap().len(), 1 + i % 8);
+        }
+        assert!(cache.bytes() <= limits.max_bytes, "batch {batch}: {} bytes held", cache.bytes());
+        assert!(cache.len() <= limits.max_nodes);
+    }
+    // An evicted node is read again, correctly.
+    let again = cache.resolve(&common::node("d0-3", Some(&common::pcie_only("d0-3", 4)), 8)).unwrap();
+    assert_eq!(again.len(), 4);
 }

@@ -61,7 +61,8 @@ async fn filter_with_node_objects_echoes_passing_nodes_and_explains_failures() {
     assert_eq!(raw["Error"], json!(""));
     let result: ExtenderFilterResult = serde_json::from_str(&text).unwrap();
     let why = &result.failed_nodes["busy"];
-    assert!(why.contains("1 of 8 GPUs free") && why.contains("requests 2"), "{why}");
+    assert!(why.contains("not enough free GPUs") && why.contains("requests 2"), "{why}");
+    assert!(!why.contains("of 8"), "filter reasons do not reveal the node's occupancy: {why}");
     let why = &result.failed_and_unresolvable_nodes["small"];
     assert!(why.contains("1 GPUs") && why.contains("requests 2"), "{why}");
     server.stop().await.unwrap();
@@ -91,7 +92,7 @@ async fn filter_with_node_names_answers_a_subset_in_input_order() {
     let result: ExtenderFilterResult = serde_json::from_str(&text).unwrap();
     assert_eq!(result.node_names, Some(vec!["c".into(), "a".into(), "b".into()]));
     assert_eq!(result.nodes, None);
-    assert!(result.failed_nodes["replayed-full"].contains("1 of 8 GPUs free"), "{result:?}");
+    assert!(result.failed_nodes["replayed-full"].contains("not enough free GPUs"), "{result:?}");
     server.stop().await.unwrap();
 }
 
@@ -118,7 +119,8 @@ async fn node_without_annotation_passes_filter_and_scores_zero_with_a_reason() {
         wire(common::node_json("bare", None, 8)),
         wire(common::node_json("nv", Some(&common::a100_nvswitch("nv")), 8)),
     ];
-    let server = TestServer::start(view_with(&nodes), ExtenderConfig::default()).await;
+    let debug = ExtenderConfig { debug_reasons: true, ..ExtenderConfig::default() };
+    let server = TestServer::start(view_with(&nodes), debug).await;
     for body in [
         common::args_with_names(common::pending_pod_json("p", 2), &["bare", "nv"]),
         common::args_with_nodes(
@@ -198,7 +200,8 @@ async fn prioritize_scores_the_gpus_left_free_by_bound_pods() {
     let view = view_with(&nodes);
     view.insert_pod(common::bound_pod("a", "n", 4, Some("0,1,2,3"), "2026-01-05T09:00:00Z"));
     view.insert_pod(common::bound_pod("b", "n", 3, Some("4,5,6"), "2026-01-05T09:00:00Z"));
-    let server = TestServer::start(view, ExtenderConfig::default()).await;
+    let debug = ExtenderConfig { debug_reasons: true, ..ExtenderConfig::default() };
+    let server = TestServer::start(view, debug).await;
     let body = common::args_with_names(common::pending_pod_json("p", 2), &["n"]);
     let url = format!("{}/prioritize", server.base);
     let (status, text) = post_raw(&url, serde_json::to_vec(&body).unwrap(), &[("X-Weft-Debug", "1")]).await;
@@ -207,6 +210,70 @@ async fn prioritize_scores_the_gpus_left_free_by_bound_pods() {
     assert_eq!(list[0].score, 0);
     assert!(list[0].reason.as_deref().unwrap_or("").contains("1 of 8 GPUs free"), "{list:?}");
     server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_debug_header_is_ignored_unless_the_operator_turned_it_on() {
+    let nodes = [wire(common::node_json("n", Some(&common::dgx1_v100("n")), 8))];
+    let view = view_with(&nodes);
+    view.insert_pod(common::bound_pod("a", "n", 7, Some("0,1,2,3,4,5,6"), "2026-01-05T09:00:00Z"));
+    let server = TestServer::start(view, ExtenderConfig::default()).await;
+    let body = common::args_with_names(common::pending_pod_json("p", 2), &["n"]);
+    let url = format!("{}/prioritize", server.base);
+    let (status, text) = post_raw(&url, serde_json::to_vec(&body).unwrap(), &[("X-Weft-Debug", "true")]).await;
+    assert_eq!(status, 200, "{text}");
+    let list: Vec<HostPriority> = serde_json::from_str(&text).unwrap();
+    assert_eq!(list[0].reason, None, "no occupancy for any caller without --debug-reasons: {text}");
+    assert!(!text.contains("GPUs free"), "{text}");
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_request_naming_more_nodes_than_the_cap_is_refused_before_any_work() {
+    let nodes = [wire(common::node_json("a", Some(&common::a100_nvswitch("a")), 8))];
+    let cfg = ExtenderConfig { max_nodes_per_request: 3, ..ExtenderConfig::default() };
+    let server = TestServer::start(view_with(&nodes), cfg).await;
+    let names = ["a", "b", "c", "d"];
+    let body = common::args_with_names(common::pending_pod_json("p", 2), &names);
+    let (status, text) = post(&format!("{}/filter", server.base), &body).await;
+    assert_eq!(status, 200, "{text}");
+    let result: ExtenderFilterResult = serde_json::from_str(&text).unwrap();
+    assert!(result.error.contains("4 nodes") && result.error.contains("at most 3"), "{result:?}");
+    assert_eq!(result.node_names, None, "no node passes a refused request");
+    let (status, text) = post(&format!("{}/prioritize", server.base), &body).await;
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("at most 3"), "{text}");
+    // Within the cap the same request is answered.
+    let body = common::args_with_names(common::pending_pod_json("p", 2), &names[..3]);
+    let (status, _) = post(&format!("{}/prioritize", server.base), &body).await;
+    assert_eq!(status, 200);
+    assert_eq!(server.state.cache().parses(), 1, "the refused requests parsed nothing");
+    server.stop().await.unwrap();
+}
+
+#[test]
+fn decisions_stop_at_the_deadline_instead_of_running_on() {
+    // Many nodes whose GPU use must be replayed: work a deadline has to cut short.
+    let view = Arc::new(InMemoryView::new());
+    let names: Vec<String> = (0..64).map(|i| format!("n{i}")).collect();
+    for name in &names {
+        view.insert_node(wire(common::node_json(name, Some(&common::dgx1_v100(name)), 8)).node().clone());
+        view.insert_pod(common::bound_pod(&format!("{name}-p"), name, 3, None, "2026-01-05T09:00:00Z"));
+    }
+    let state = weft_k8s::ExtenderState::new(view, ExtenderConfig::default());
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let args: weft_k8s::ExtenderArgs =
+        serde_json::from_value(common::args_with_names(common::pending_pod_json("p", 2), &refs)).unwrap();
+    let passed = weft_k8s::decision::Deadline::at(std::time::Instant::now());
+    match state.prioritize_until(&args, false, passed) {
+        Err(weft_k8s::ExtenderError::Expired(e)) => assert_eq!((e.done, e.total), (0, 64)),
+        other => panic!("expected the deadline to stop prioritize, got {other:?}"),
+    }
+    assert!(state.filter_until(args.clone(), passed).is_err(), "filter stops too");
+    // Without a deadline the same request completes, every node scored.
+    let list = state.prioritize_until(&args, false, weft_k8s::decision::Deadline::NEVER).unwrap();
+    assert_eq!(list.len(), 64);
+    assert!(list.iter().all(|h| h.score > 0), "{list:?}");
 }
 
 #[tokio::test]

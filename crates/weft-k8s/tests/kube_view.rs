@@ -106,7 +106,7 @@ async fn publish_bind_and_score_end_to_end() {
     until(&view, |v| v.pods_on_node("a").len() == 2).await;
     let filtered = filter(&state, 2, &["a", "b"]);
     assert_eq!(filtered.node_names, Some(vec!["b".to_string()]), "{filtered:?}");
-    assert!(filtered.failed_nodes["a"].contains("1 of 8 GPUs free"), "{filtered:?}");
+    assert!(filtered.failed_nodes["a"].contains("not enough free GPUs"), "{filtered:?}");
 
     // A pod that finishes leaves the field selector: the server sends DELETED, GPUs come back.
     pods.patch_status("p2", &PatchParams::default(), &Patch::Merge(json!({"status": {"phase": "Succeeded"}})))

@@ -181,11 +181,20 @@ pub struct TestServer {
 impl TestServer {
     /// Start serving `view` with `cfg`.
     pub async fn start(view: Arc<InMemoryView>, cfg: ExtenderConfig) -> TestServer {
+        TestServer::start_with(view, cfg, weft_k8s::http::ServeOptions::default()).await
+    }
+
+    /// Start serving `view` with `cfg` and these connection limits.
+    pub async fn start_with(
+        view: Arc<InMemoryView>,
+        cfg: ExtenderConfig,
+        opts: weft_k8s::http::ServeOptions,
+    ) -> TestServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let state = Arc::new(ExtenderState::new(view, cfg));
         let (tx, rx) = oneshot::channel::<()>();
-        let handle = tokio::spawn(weft_k8s::serve(listener, state.clone(), async move {
+        let handle = tokio::spawn(weft_k8s::serve(listener, state.clone(), opts, async move {
             let _ = rx.await;
         }));
         TestServer { base, state, shutdown: Some(tx), handle: Some(handle) }
