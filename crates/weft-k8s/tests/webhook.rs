@@ -87,7 +87,7 @@ impl Webhook {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("https://{}", listener.local_addr().unwrap());
         let (tx, rx) = oneshot::channel::<()>();
-        let handle = tokio::spawn(webhook::serve(listener, state, tls.config(), async move {
+        let handle = tokio::spawn(webhook::serve(listener, state, tls.config(), Default::default(), async move {
             let _ = rx.await;
         }));
         Webhook { base, tls, ops, pki, dir, shutdown: Some(tx), handle: Some(handle) }
@@ -560,5 +560,48 @@ async fn not_ready_until_the_job_cache_syncs() {
     assert!(!server.ops.is_ready());
     jobs.set_synced(true);
     assert!(server.ops.is_ready());
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_pod_with_more_containers_than_weft_wires_is_denied_before_any_work() {
+    let jobs = Arc::new(InMemoryJobs::new());
+    jobs.insert(serde_json::from_value(stored_job("tf-mnist", "uid-tf", r#"{"env":[],"svc":[]}"#)).unwrap());
+    let server = Webhook::start(jobs).await;
+    let mut review = pod_create_review("tf-mnist", "uid-tf");
+    let one = review["request"]["object"]["spec"]["containers"][0].clone();
+    let many: Vec<Value> = (0..10_000)
+        .map(|i| {
+            let mut c = one.clone();
+            c["name"] = json!(format!("c{i}"));
+            c
+        })
+        .collect();
+    review["request"]["object"]["spec"]["containers"] = json!(many);
+    let body = serde_json::to_vec(&review).unwrap();
+    assert!(body.len() < webhook::MAX_BODY_BYTES, "the request itself is within the body limit");
+    let (status, text) = server.post("/pods/mutate", body).await;
+    assert_eq!(status, 200, "{text}");
+    let answer: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(answer["response"]["allowed"], false, "{answer}");
+    let message = answer["response"]["status"]["message"].as_str().unwrap();
+    assert!(message.contains("10000 containers") && message.contains("at most 128"), "{message}");
+    assert!(text.len() < 4096, "a denial is small: {} bytes", text.len());
+    // At the limit, the same pod is wired.
+    review["request"]["object"]["spec"]["containers"] =
+        json!(many.into_iter().take(webhook::MAX_PATCHED_CONTAINERS).collect::<Vec<_>>());
+    let answer = server.review("/pods/mutate", &review).await;
+    let pod = patched(&review["request"]["object"], &answer);
+    assert_eq!(pod["spec"]["containers"].as_array().unwrap().len(), webhook::MAX_PATCHED_CONTAINERS);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_body_larger_than_any_review_the_api_server_sends_is_refused() {
+    let server = Webhook::start(Arc::new(InMemoryJobs::new())).await;
+    let mut review = job_validate_review("{}", None);
+    review["request"]["object"]["metadata"]["annotations"]["padding"] = json!("x".repeat(webhook::MAX_BODY_BYTES));
+    let (status, _) = server.post("/jobs/validate", serde_json::to_vec(&review).unwrap()).await;
+    assert_eq!(status, 413);
     server.stop().await;
 }

@@ -25,7 +25,6 @@ pub mod review;
 pub mod tls;
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,7 +34,7 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
+use axum_server::tls_rustls::RustlsConfig;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -44,6 +43,8 @@ use prometheus_client::registry::Registry;
 use serde_json::Value;
 use tokio::net::TcpListener;
 use weft_jobs::Job;
+
+use crate::http::ServeOptions;
 use weft_jobs::admission::{self, AdmissionOptions, PodMutator, Verdict};
 
 pub use jobs::{InMemoryJobs, JobSource, KubeJobSource, MutatorCache};
@@ -54,15 +55,26 @@ pub use tls::{TlsError, TlsFiles};
 /// with a lower version is older than the pod and is read again from the API server.
 pub const JOB_VERSION_ANNOTATION: &str = "volcano.sh/job-version";
 
-/// Largest request body accepted (an UPDATE review carries the object twice).
-pub const MAX_BODY_BYTES: usize = 16 << 20;
+/// Largest request body accepted: an UPDATE review carries the object twice, and the API server
+/// accepts no object over 3 MiB (`MaxRequestBodyBytes`), so 2 × 3 MiB plus 1 MiB for the rest of
+/// the review.
+pub const MAX_BODY_BYTES: usize = 7 << 20;
+
+/// Containers (init containers included) of a pod weft's plugins patch; a pod with more is
+/// denied before any work is done. Kubernetes sets no such limit, but every plugin adds to each
+/// container, and nothing real comes near it.
+pub const MAX_PATCHED_CONTAINERS: usize = 128;
+
+/// Pod mutations computed at once (each on a blocking thread); the rest wait.
+pub const MAX_CONCURRENT_MUTATIONS: usize = 4;
+
+/// Time to read and answer one review; the API server gives up at the webhook configurations'
+/// `timeoutSeconds` (10), so the work stops just before.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(9);
 
 /// How long the pod webhook waits for a Job read from the API server (the webhook
 /// configurations' `timeoutSeconds` is 10).
 pub const DEFAULT_LOOKUP_TIMEOUT: Duration = Duration::from_secs(4);
-
-/// How long open connections may finish after shutdown starts.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// The three admission endpoints.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -147,6 +159,7 @@ pub struct WebhookState {
     jobs: Arc<dyn JobSource>,
     mutators: MutatorCache,
     lookup_timeout: Duration,
+    mutating: Arc<tokio::sync::Semaphore>,
     metrics: WebhookMetrics,
 }
 
@@ -168,6 +181,7 @@ impl WebhookState {
             jobs,
             mutators: MutatorCache::default(),
             lookup_timeout: DEFAULT_LOOKUP_TIMEOUT,
+            mutating: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_MUTATIONS)),
             metrics: WebhookMetrics::default(),
         }
     }
@@ -327,6 +341,17 @@ impl WebhookState {
         let Some((job_name, job_uid)) = admission::owning_job(pod) else {
             return Decision::allow();
         };
+        let containers: usize = ["/spec/containers", "/spec/initContainers"]
+            .iter()
+            .filter_map(|p| pod.pointer(p).and_then(Value::as_array))
+            .map(Vec::len)
+            .sum();
+        if containers > MAX_PATCHED_CONTAINERS {
+            return Decision::deny(Denial::invalid(format!(
+                "the pod has {containers} containers and init containers; weft's plugins wire at most \
+                 {MAX_PATCHED_CONTAINERS} per pod"
+            )));
+        }
         let pod_namespace = pod.pointer("/metadata/namespace").and_then(Value::as_str).filter(|n| !n.is_empty());
         let Some(namespace) = request.namespace.as_deref().filter(|n| !n.is_empty()).or(pod_namespace) else {
             return Decision::deny(Denial::bad_request("the pod has no namespace"));
@@ -344,15 +369,7 @@ impl WebhookState {
         if new {
             self.metrics.builds.inc();
         }
-        let mutator: &PodMutator = match &*built {
-            Ok(m) => m,
-            Err(e) => {
-                return Decision::deny(Denial::invalid(format!(
-                    "Volcano Job {namespace}/{job_name}: weft's plugins cannot be built: {e}"
-                )));
-            }
-        };
-        if mutator.is_empty() {
+        if matches!(&*built, Ok(m) if m.is_empty()) {
             return Decision::allow();
         }
         let mut pod = pod.clone();
@@ -361,9 +378,22 @@ impl WebhookState {
         {
             meta.insert("namespace".to_owned(), Value::String(namespace.to_owned()));
         }
-        match mutator.mutate(&pod) {
-            Ok(ops) => Decision::patch(ops),
-            Err(e) => Decision::deny(Denial::invalid(format!("Volcano Job {namespace}/{job_name}: {e}"))),
+        // The plugins' work runs off the async workers, a few at a time, so large pods cannot
+        // starve the other requests.
+        let Ok(slot) = self.mutating.clone().acquire_owned().await else {
+            return Decision::deny(Denial::internal("the webhook is shutting down"));
+        };
+        let mutated = tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            let mutator: &PodMutator =
+                built.as_ref().as_ref().map_err(|e| format!("weft's plugins cannot be built: {e}"))?;
+            mutator.mutate(&pod).map_err(|e| e.to_string())
+        })
+        .await;
+        match mutated {
+            Ok(Ok(ops)) => Decision::patch(ops),
+            Ok(Err(e)) => Decision::deny(Denial::invalid(format!("Volcano Job {namespace}/{job_name}: {e}"))),
+            Err(e) => Decision::deny(Denial::internal(format!("Volcano Job {namespace}/{job_name}: {e}"))),
         }
     }
 
@@ -435,7 +465,8 @@ pub fn router(state: Arc<WebhookState>) -> Router {
             post(move |State(state): State<Arc<WebhookState>>, body: Bytes| handle(state, path, body)),
         );
     }
-    router.layer(DefaultBodyLimit::max(MAX_BODY_BYTES)).with_state(state)
+    let router = router.layer(DefaultBodyLimit::max(MAX_BODY_BYTES)).with_state(state);
+    crate::http::request_timeout(router, REQUEST_TIMEOUT, "admission review")
 }
 
 async fn handle(state: Arc<WebhookState>, path: AdmissionPath, body: Bytes) -> Response {
@@ -461,11 +492,12 @@ async fn handle(state: Arc<WebhookState>, path: AdmissionPath, body: Bytes) -> R
 }
 
 /// Serves the admission routes over HTTPS on `listener` with `tls` until `shutdown` completes,
-/// then lets open requests finish (up to 10 s).
+/// then lets open requests finish within the grace of `opts` ([`crate::http`]).
 pub async fn serve<F>(
     listener: TcpListener,
     state: Arc<WebhookState>,
     tls: RustlsConfig,
+    opts: ServeOptions,
     shutdown: F,
 ) -> std::io::Result<()>
 where
@@ -474,17 +506,7 @@ where
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, "admission webhook listening (HTTPS)");
     }
-    let handle = axum_server::Handle::<SocketAddr>::new();
-    let h = handle.clone();
-    tokio::spawn(async move {
-        shutdown.await;
-        h.graceful_shutdown(Some(SHUTDOWN_GRACE));
-    });
-    axum_server::Server::<SocketAddr>::from_listener(listener)
-        .acceptor(RustlsAcceptor::new(tls))
-        .handle(handle)
-        .serve(router(state).into_make_service())
-        .await
+    crate::http::serve(listener, router(state), Some(tls), opts, shutdown).await
 }
 
 #[cfg(test)]

@@ -20,6 +20,11 @@ pub const API_VERSION_V1: &str = "admission.k8s.io/v1";
 pub const API_VERSION_V1BETA1: &str = "admission.k8s.io/v1beta1";
 /// `kind` of an AdmissionReview.
 pub const KIND: &str = "AdmissionReview";
+/// Largest JSON patch weft answers with: the API server's limit on a whole request body
+/// (`MaxRequestBodyBytes`, 3 MiB), which the patched object has to fit in as well. A larger patch
+/// is a denial, never a response the API server would choke on.
+pub const MAX_PATCH_BYTES: usize = 3 << 20;
+
 /// The only `patchType` the API server accepts.
 pub const PATCH_TYPE_JSON_PATCH: &str = "JSONPatch";
 
@@ -274,6 +279,13 @@ impl Decision {
         let (mut patch, mut patch_type) = (None, None);
         if self.denial.is_none() && !self.patch.is_empty() {
             match serde_json::to_vec(&json_patch::Patch(std::mem::take(&mut self.patch))) {
+                Ok(text) if text.len() > MAX_PATCH_BYTES => {
+                    self.denial = Some(Denial::invalid(format!(
+                        "weft's changes to this object are a {}-byte JSON patch; the API server accepts at most \
+                         {MAX_PATCH_BYTES} bytes for a whole object, so the result could not be stored",
+                        text.len()
+                    )));
+                }
                 Ok(text) => {
                     patch = Some(base64::engine::general_purpose::STANDARD.encode(text));
                     patch_type = Some(PATCH_TYPE_JSON_PATCH.to_owned());
@@ -335,6 +347,18 @@ mod tests {
 
     fn add(path: &str, value: Value) -> PatchOperation {
         serde_json::from_value(json!({"op": "add", "path": path, "value": value})).unwrap()
+    }
+
+    #[test]
+    fn a_patch_the_api_server_could_not_store_becomes_a_denial() {
+        let big = |n: usize| Decision::patch(vec![add("/metadata/annotations/x", json!("y".repeat(n)))]);
+        let over = big(MAX_PATCH_BYTES).into_review(API_VERSION_V1, "u1");
+        assert!(!over.response.allowed);
+        assert!(over.response.patch.is_none() && over.response.patch_type.is_none());
+        let message = &over.response.status.as_ref().unwrap().message;
+        assert!(message.contains(&MAX_PATCH_BYTES.to_string()), "{message}");
+        let under = big(MAX_PATCH_BYTES - 100).into_review(API_VERSION_V1, "u1");
+        assert!(under.response.allowed && under.response.patch.is_some());
     }
 
     #[test]
