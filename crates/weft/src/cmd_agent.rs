@@ -18,7 +18,6 @@ use weft_agent::pod::SysfsLocator;
 use weft_agent::policy::TopologyPolicy;
 use weft_agent::service::{self, Mode, ServiceConfig};
 use weft_k8s::node_agent::{Discover, PublisherConfig, PublisherMetrics, keep_topology_published};
-use weft_k8s::ops::{self, Ops};
 use weft_k8s::write::RetryPolicy;
 use weft_nri::plugin::PluginOptions;
 use weft_topology::discover::{SysfsRoot, read_cpu_layout};
@@ -26,6 +25,7 @@ use weft_topology::model::uniform_node;
 use weft_topology::{CpuSet, NodeTopology, PairLink, read_node_file};
 
 use crate::cmd_topo::{DiscoverArgs, discover_node};
+use crate::component::{self, note};
 use crate::kube_args::{KubeArgs, OpsArgs};
 
 /// Resource-manager mode.
@@ -255,18 +255,14 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
         };
         Some(service_config(&a, topology)?)
     };
-    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    rt.block_on(async move {
-        let shutdown = ops::shutdown_on_signals();
-        let mut registry = ops::registry();
-        let metrics = PublisherMetrics::register(&mut registry);
-        let ops = Ops::new(registry);
+    component::run("agent", &a.ops, |c| async move {
+        let metrics = c.ops.register_metrics(PublisherMetrics::register);
         let mut tasks = Vec::new();
         if let Some(cfg) = service {
             let ready = cfg.ready.clone();
-            ops.add_readiness_check("resource manager enforcing", move || *ready.borrow());
-            eprintln!("weft agent on node {}: resource manager in mode {:?}", a.node, a.orm.mode);
-            let sd = shutdown.clone();
+            c.ops.add_readiness_check("resource manager enforcing", move || *ready.borrow());
+            note(format_args!("weft agent on node {}: resource manager in mode {:?}", a.node, a.orm.mode));
+            let sd = c.shutdown.clone();
             tasks.push(tokio::spawn(async move {
                 let r = service::run(cfg, sd.clone()).await.context("resource manager");
                 sd.cancel();
@@ -277,27 +273,27 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
             let client = a.kube.client().await?;
             let ready = Arc::new(AtomicBool::new(false));
             let r = ready.clone();
-            ops.add_readiness_check("topology published", move || r.load(Ordering::Acquire));
+            c.ops.add_readiness_check("topology published", move || r.load(Ordering::Acquire));
             let cfg = PublisherConfig {
                 node: a.node.clone(),
                 field_manager: a.field_manager.clone(),
                 interval: Duration::from_secs(a.interval),
                 retry: RetryPolicy::default(),
             };
-            eprintln!(
+            note(format_args!(
                 "weft agent on node {}: publishing {} every {} s",
                 a.node,
                 weft_k8s::TOPOLOGY_ANNOTATION,
                 a.interval
-            );
-            let sd = shutdown.clone();
+            ));
+            let sd = c.shutdown.clone();
             tasks.push(tokio::spawn(async move {
                 keep_topology_published(client, cfg, discover, metrics, ready, sd.clone()).await;
                 sd.cancel();
                 Ok(())
             }));
         }
-        let ops_task = a.ops.serve(ops, shutdown.clone()).await?;
+        c.started();
         let mut result = Ok(());
         for t in tasks {
             let r = t.await.context("agent task")?;
@@ -305,9 +301,6 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
                 result = r;
             }
         }
-        shutdown.cancel();
-        ops_task.await.context("ops endpoint task")?.context("serving the ops endpoint")?;
-        eprintln!("weft agent stopped");
         result
     })
 }

@@ -1,17 +1,14 @@
 //! `weft controller`: the cluster-level controllers (Deployment), behind Lease leader election.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use weft_k8s::controller::{Context, ControllerMetrics, Settings};
 use weft_k8s::job_controller::{self, JobControllerConfig};
 use weft_k8s::leader::{self, LeaderConfig};
 use weft_k8s::numanetwork_controller;
-use weft_k8s::ops::{self, Ops};
 
+use crate::component::{self, note};
 use crate::kube_args::{KubeArgs, OpsArgs, instance_name};
 
 /// The controllers `weft controller` can run.
@@ -71,21 +68,11 @@ pub fn run(a: ControllerArgs) -> anyhow::Result<()> {
         c.renew_grace = Duration::from_secs(a.renew_grace);
         c
     });
-    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    rt.block_on(async move {
-        let shutdown = ops::shutdown_on_signals();
+    component::run("controller", &a.ops, |c| async move {
         let client = a.kube.client().await?;
-        let mut registry = ops::registry();
-        let metrics = ControllerMetrics::register(&mut registry);
-        let leader_gauge = leader::register_leader_gauge(&mut registry);
-        let ops = Ops::new(registry);
-        // Ready once the client works and (for the leader) the controllers started; standbys are
-        // ready too, or a rolling update could never finish.
-        let started = Arc::new(AtomicBool::new(false));
-        let s = started.clone();
-        ops.add_readiness_check("controller manager started", move || s.load(Ordering::Acquire));
-        let ops_task = a.ops.serve(ops, shutdown.clone()).await?;
-
+        let (metrics, leader_gauge) = c.ops.register_metrics(|registry| {
+            (ControllerMetrics::register(registry), leader::register_leader_gauge(registry))
+        });
         let ctx = Context::new(client.clone(), "weft-controller", instance.clone(), &a.field_manager, metrics);
         let settings = |name| Settings { concurrency: a.concurrency, ..Settings::new(name) };
         let (nn_settings, job_settings) = (settings(numanetwork_controller::NAME), settings(job_controller::NAME));
@@ -95,7 +82,7 @@ pub fn run(a: ControllerArgs) -> anyhow::Result<()> {
             (a.controllers.contains(&ControllerKind::Numanetwork), a.controllers.contains(&ControllerKind::Jobs));
         let names: Vec<_> =
             a.controllers.iter().filter_map(|c| c.to_possible_value()).map(|v| v.get_name().to_owned()).collect();
-        eprintln!("weft controller: controllers {}", names.join(", "));
+        note(format_args!("weft controller: controllers {}", names.join(", ")));
         let work = move |stop: tokio_util::sync::CancellationToken| async move {
             let nn = async {
                 if run_nn {
@@ -112,24 +99,24 @@ pub fn run(a: ControllerArgs) -> anyhow::Result<()> {
             };
             tokio::join!(nn, jobs);
         };
-        started.store(true, Ordering::Release);
-        let result = match &leader_cfg {
+        // Ready once the client works and (for the leader) the controllers started; standbys are
+        // ready too, or a rolling update could never finish.
+        c.started();
+        match &leader_cfg {
             Some(cfg) => {
-                eprintln!("weft controller {}: waiting for lease {}/{}", cfg.identity, cfg.namespace, cfg.lease_name);
-                leader::run_as_leader(client, cfg, leader_gauge, shutdown.clone(), work)
+                note(format_args!(
+                    "weft controller {}: waiting for lease {}/{}",
+                    cfg.identity, cfg.namespace, cfg.lease_name
+                ));
+                leader::run_as_leader(client, cfg, leader_gauge, c.shutdown.clone(), work)
                     .await
                     .map_err(anyhow::Error::from)
             }
             None => {
-                eprintln!("weft controller: running without leader election");
-                work(shutdown.clone()).await;
+                note("weft controller: running without leader election");
+                work(c.shutdown.clone()).await;
                 Ok(())
             }
-        };
-        shutdown.cancel();
-        ops_task.await.context("ops endpoint task")?.context("serving the ops endpoint")?;
-        result?;
-        eprintln!("weft controller stopped");
-        Ok(())
+        }
     })
 }

@@ -53,7 +53,7 @@ pub fn run(a: CrdsArgs) -> anyhow::Result<()> {
         std::fs::write(path, &text).with_context(|| format!("writing {}", path.display()))?;
         eprintln!("wrote {} ({})", path.display(), describe(&crds));
     } else {
-        print!("{text}");
+        out!("{text}")?;
     }
     Ok(())
 }

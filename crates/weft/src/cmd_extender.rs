@@ -4,14 +4,16 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::output::score_config;
 use anyhow::Context;
 use clap::Args;
 use weft_alloc::ScoreConfig;
-use weft_k8s::ops::{self, Ops};
+use weft_k8s::cache::CacheLimits;
+use weft_k8s::http::ServeOptions;
 use weft_k8s::{ExtenderConfig, ExtenderState, KubeClusterView, serve};
 
+use crate::component::{self, note};
 use crate::kube_args::{KubeArgs, OpsArgs};
+use crate::output::score_config;
 
 #[derive(Args, Debug)]
 pub struct ExtenderArgs {
@@ -42,14 +44,33 @@ pub struct ExtenderArgs {
     #[arg(long, default_value_t = 64 << 20)]
     max_body_bytes: usize,
     /// Time to read, decide and answer one request, milliseconds (kube-scheduler waits 5 s by default).
+    /// Decisions stop at this deadline too.
     #[arg(long, default_value_t = 3000)]
     request_timeout_ms: u64,
+    /// Candidate nodes one request may name; larger requests are refused.
+    #[arg(long, default_value_t = weft_k8s::config::DEFAULT_MAX_NODES_PER_REQUEST)]
+    max_nodes_per_request: usize,
+    /// Requests deciding at once; later ones wait for a slot within their own time (default: the
+    /// number of CPUs).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    max_concurrent_decisions: Option<u32>,
+    /// Node names the topology cache remembers.
+    #[arg(long, default_value_t = weft_k8s::cache::DEFAULT_MAX_NODES)]
+    cache_max_nodes: usize,
+    /// Bytes the topology cache may hold (annotation text and prepared topologies).
+    #[arg(long, default_value_t = weft_k8s::cache::DEFAULT_MAX_BYTES)]
+    cache_max_bytes: usize,
+    /// Honour the `X-Weft-Debug: true` header on prioritize (each node's reason in the answer,
+    /// which tells any caller how many GPUs are free on each node). Off by default.
+    #[arg(long)]
+    debug_reasons: bool,
 }
 
 pub fn run(a: ExtenderArgs) -> anyhow::Result<()> {
     if !(0..=10).contains(&a.neutral_score) {
         anyhow::bail!("--neutral-score must be between 0 and 10 (MaxExtenderPriority), got {}", a.neutral_score);
     }
+    let defaults = ExtenderConfig::default();
     let cfg = ExtenderConfig {
         resource_name: a.resource_name.clone(),
         require_topology: a.require_topology,
@@ -58,24 +79,23 @@ pub fn run(a: ExtenderArgs) -> anyhow::Result<()> {
         path_prefix: a.path_prefix.clone(),
         max_body_bytes: a.max_body_bytes,
         request_timeout: Duration::from_millis(a.request_timeout_ms),
+        max_nodes_per_request: a.max_nodes_per_request,
+        max_concurrent_decisions: a.max_concurrent_decisions.map_or(defaults.max_concurrent_decisions, |n| n as usize),
+        debug_reasons: a.debug_reasons,
+        cache_limits: CacheLimits { max_nodes: a.cache_max_nodes, max_bytes: a.cache_max_bytes },
     };
-    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    rt.block_on(async move {
-        let shutdown = ops::shutdown_on_signals();
+    component::run("scheduler-extender", &a.ops, |c| async move {
         let client = a.kube.client().await?;
         let view = Arc::new(KubeClusterView::spawn(client));
         let state = Arc::new(ExtenderState::new(view, cfg));
-        let mut registry = ops::registry();
-        state.register_metrics(&mut registry);
-        let ops = Ops::new(registry);
-        state.add_readiness_check(&ops);
-        let ops_task = a.ops.serve(ops, shutdown.clone()).await?;
+        c.ops.register_metrics(|registry| state.register_metrics(registry));
+        state.add_readiness_check(&c.ops);
+        c.started();
         let listener =
             tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("listening on {}", a.listen))?;
-        eprintln!("weft scheduler-extender listening on {} (ready once node and pod caches sync)", a.listen);
-        let stop = shutdown.clone();
-        serve(listener, state, async move { stop.cancelled().await }).await.context("serving")?;
-        shutdown.cancel();
-        ops_task.await.context("ops endpoint task")?.context("serving the ops endpoint")
+        let addr = listener.local_addr().unwrap_or(a.listen);
+        note(format_args!("weft scheduler-extender listening on {addr} (ready once node and pod caches sync)"));
+        let stop = c.shutdown.clone();
+        serve(listener, state, ServeOptions::default(), async move { stop.cancelled().await }).await.context("serving")
     })
 }

@@ -118,15 +118,15 @@ fn allocate_cmd(a: AllocateArgs) -> anyhow::Result<()> {
         })),
         Output::Table => {
             let list: Vec<String> = alloc.gpus.iter().map(|g| format!("GPU{g}")).collect();
-            println!("GPUs:        {}", list.join(" "));
-            println!("set score:   {} (sum of go-gpuallocator pair scores)", alloc.set_score);
-            println!("mean pair:   {mean_bw:.1} GB/s per direction");
+            outln!("GPUs:        {}", list.join(" "))?;
+            outln!("set score:   {} (sum of go-gpuallocator pair scores)", alloc.set_score)?;
+            outln!("mean pair:   {mean_bw:.1} GB/s per direction")?;
             match alloc.optimality {
-                Optimality::Exact => println!("objective:   {} (exact optimum)", alloc.objective),
-                Optimality::Heuristic { objective, upper_bound } => println!(
+                Optimality::Exact => outln!("objective:   {} (exact optimum)", alloc.objective)?,
+                Optimality::Heuristic { objective, upper_bound } => outln!(
                     "objective:   {objective} (heuristic; optimum ≤ {upper_bound}, gap ≤ {:.2}%)",
                     alloc.optimality.gap() * 100.0
-                ),
+                )?,
                 Optimality::NotApplicable => {}
             }
             Ok(())
@@ -173,7 +173,7 @@ fn score_cmd(s: ScoreArgs) -> anyhow::Result<()> {
                 };
                 t.add_row(vec![r["node"].as_str().unwrap_or("").to_string(), r["score"].to_string(), gpus, last]);
             }
-            println!("{t}");
+            outln!("{t}")?;
             Ok(())
         }
     }

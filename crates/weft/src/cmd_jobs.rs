@@ -99,13 +99,13 @@ fn run_render(a: &RenderArgs) -> anyhow::Result<()> {
         }),
         RenderOutput::Yaml => {
             for r in &rendered {
-                print!("{}", to_yaml_documents(r)?);
+                out!("{}", to_yaml_documents(r)?)?;
             }
             Ok(())
         }
         RenderOutput::Table => {
             for r in &rendered {
-                print_table(r);
+                print_table(r)?;
             }
             Ok(())
         }
@@ -132,15 +132,15 @@ fn to_yaml_documents(r: &Rendered) -> anyhow::Result<String> {
     Ok(out)
 }
 
-fn print_table(r: &Rendered) {
+fn print_table(r: &Rendered) -> std::io::Result<()> {
     let ns = r.job.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default");
     let name = r.job.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
-    println!("Job {ns}/{name}: {} pods", r.pods.len());
+    outln!("Job {ns}/{name}: {} pods", r.pods.len())?;
     let mut plugins = table(&["RUN BY", "PLUGIN", "ARGS"]);
     for p in &r.plugins {
         plugins.add_row(vec![format!("{:?}", p.source).to_lowercase(), p.name.to_owned(), p.args.join(" ")]);
     }
-    println!("{plugins}");
+    outln!("{plugins}")?;
     let mut pods = table(&["PODS", "DNS NAME", "ENV ADDED", "INIT CONTAINERS", "VOLUMES", "PORTS", "COMMAND SET"]);
     for group in group_pods(&r.pods) {
         let c = &group.changes;
@@ -154,7 +154,7 @@ fn print_table(r: &Rendered) {
             c.commands.join(" "),
         ]);
     }
-    println!("{pods}");
+    outln!("{pods}")?;
     if !r.objects.is_empty() {
         let mut objects = table(&["CREATED BY", "KIND", "NAME", "HOLDS"]);
         for o in &r.objects {
@@ -179,9 +179,9 @@ fn print_table(r: &Rendered) {
                 holds,
             ]);
         }
-        println!("{objects}");
+        outln!("{objects}")?;
     }
-    println!("(`-o yaml` prints every pod and object in full)");
+    outln!("(`-o yaml` prints every pod and object in full)")
 }
 
 /// Consecutive pods of one task with the same changes, shown as one row.

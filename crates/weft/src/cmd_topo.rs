@@ -136,7 +136,7 @@ fn publish(a: PublishArgs) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("publishing the topology of node {}", a.node))
     })?;
-    println!("node {}: {} GPUs; annotation {}: {outcome:?}", a.node, node.gpu_count(), weft_k8s::TOPOLOGY_ANNOTATION);
+    outln!("node {}: {} GPUs; annotation {}: {outcome:?}", a.node, node.gpu_count(), weft_k8s::TOPOLOGY_ANNOTATION)?;
     Ok(())
 }
 
@@ -161,31 +161,31 @@ pub fn discover_node(a: &DiscoverArgs) -> anyhow::Result<weft_topology::discover
 
 fn show(node: &NodeTopology, output: ShowOutput) -> anyhow::Result<()> {
     match output {
-        ShowOutput::Json => println!("{}", inventory::to_json_pretty(node)),
-        ShowOutput::Yaml => print!("{}", inventory::to_yaml(node)?),
-        ShowOutput::Dot => print!("{}", render::to_dot(node)),
-        ShowOutput::Svg => print!("{}", render::to_svg(node)),
+        ShowOutput::Json => outln!("{}", inventory::to_json_pretty(node))?,
+        ShowOutput::Yaml => out!("{}", inventory::to_yaml(node)?)?,
+        ShowOutput::Dot => out!("{}", render::to_dot(node))?,
+        ShowOutput::Svg => out!("{}", render::to_svg(node))?,
         ShowOutput::Table => {
             if let Some(name) = &node.name {
-                println!("node {name}: {} GPUs, {} NICs", node.gpu_count(), node.nics.len());
+                outln!("node {name}: {} GPUs, {} NICs", node.gpu_count(), node.nics.len())?;
             }
             if let Some(g) = node.nvlink_generation {
-                println!("NVLink generation: {g:?}");
+                outln!("NVLink generation: {g:?}")?;
             }
             if let Some(p) = node.pcie_generation {
-                println!("PCIe generation:   Gen{}", p.0);
+                outln!("PCIe generation:   Gen{}", p.0)?;
             }
             if let Some(online) = &node.cpus.online {
-                println!("CPUs:              {} online ({online})", online.len());
+                outln!("CPUs:              {} online ({online})", online.len())?;
             }
             if let Some(sockets) = node.cpus.sockets {
-                println!("sockets:           {sockets}");
+                outln!("sockets:           {sockets}")?;
             }
             for numa in &node.cpus.numa_nodes {
-                println!("NUMA node {}:       CPUs {}", numa.id, numa.cpus);
+                outln!("NUMA node {}:       CPUs {}", numa.id, numa.cpus)?;
             }
-            println!();
-            print!("{}", render::to_table(node));
+            outln!()?;
+            out!("{}", render::to_table(node))?;
         }
     }
     Ok(())

@@ -9,9 +9,10 @@ use anyhow::Context;
 use clap::Args;
 use weft_jobs::admission::AdmissionOptions;
 use weft_jobs::plugin::{BuildOptions, DEFAULT_WAIT_IMAGE};
-use weft_k8s::ops::{self, Ops};
+use weft_k8s::http::ServeOptions;
 use weft_k8s::webhook::{self, KubeJobSource, TlsFiles, WebhookState};
 
+use crate::component::{self, note};
 use crate::kube_args::{KubeArgs, OpsArgs};
 
 #[derive(Args, Debug)]
@@ -52,33 +53,36 @@ pub fn run(a: WebhookArgs) -> anyhow::Result<()> {
         build: BuildOptions { wait_image: a.wait_image.clone() },
     };
     let tls = Arc::new(TlsFiles::load(&a.tls_cert_file, &a.tls_key_file).context("loading the serving certificate")?);
-    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    rt.block_on(async move {
-        let shutdown = ops::shutdown_on_signals();
+    component::run("webhook", &a.ops, |c| async move {
         let client = a.kube.client().await?;
         let jobs = Arc::new(KubeJobSource::spawn(client));
         let state = Arc::new(WebhookState::new(jobs, opts));
-        let mut registry = ops::registry();
-        state.register_metrics(&mut registry);
-        tls.register_metrics(&mut registry);
-        let ops = Ops::new(registry);
-        state.add_readiness_check(&ops);
-        let ops_task = a.ops.serve(ops, shutdown.clone()).await?;
-        let reloader = tls.spawn_reloader(Duration::from_secs(a.tls_reload_interval), shutdown.clone());
+        c.ops.register_metrics(|registry| {
+            state.register_metrics(registry);
+            tls.register_metrics(registry);
+        });
+        state.add_readiness_check(&c.ops);
+        c.started();
+        let reloader = tls.spawn_reloader(Duration::from_secs(a.tls_reload_interval), c.shutdown.clone());
         let listener =
             tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("listening on {}", a.listen))?;
-        eprintln!(
+        note(format_args!(
             "weft webhook listening on https://{} (ready once the Volcano Job cache syncs; certificate {})",
-            a.listen,
+            listener.local_addr().unwrap_or(a.listen),
             a.tls_cert_file.display()
-        );
-        let stop = shutdown.clone();
-        let served = webhook::serve(listener, state, tls.config(), async move { stop.cancelled().await }).await;
-        shutdown.cancel();
+        ));
+        let stop = c.shutdown.clone();
+        let served =
+            webhook::serve(
+                listener,
+                state,
+                tls.config(),
+                ServeOptions::default(),
+                async move { stop.cancelled().await },
+            )
+            .await;
+        c.shutdown.cancel();
         served.context("serving the admission webhook")?;
-        reloader.await.context("certificate reload task")?;
-        ops_task.await.context("ops endpoint task")?.context("serving the ops endpoint")?;
-        eprintln!("weft webhook stopped");
-        Ok(())
+        reloader.await.context("certificate reload task")
     })
 }

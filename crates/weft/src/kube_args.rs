@@ -46,7 +46,7 @@ impl OpsArgs {
             .await
             .with_context(|| format!("listening on {} (--ops-listen)", self.ops_listen))?;
         let addr = listener.local_addr().unwrap_or(self.ops_listen);
-        eprintln!("ops endpoint on http://{addr} (/healthz, /readyz, /metrics)");
+        crate::component::note(format_args!("ops endpoint on http://{addr} (/healthz, /readyz, /metrics)"));
         Ok(tokio::spawn(weft_k8s::ops::serve(listener, ops, async move { shutdown.cancelled().await })))
     }
 }

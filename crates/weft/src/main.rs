@@ -1,5 +1,8 @@
 //! `weft`: one binary, one subcommand per component. See `weft --help`.
 
+#[macro_use]
+mod output;
+
 mod cmd_agent;
 mod cmd_controller;
 mod cmd_crds;
@@ -10,9 +13,10 @@ mod cmd_sim;
 mod cmd_topo;
 mod cmd_wait;
 mod cmd_webhook;
+mod component;
 mod kube_args;
-mod output;
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -86,7 +90,14 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let filter =
         tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    // Colour only for a person at a terminal (not in `kubectl logs`); a log line that cannot be
+    // written (stderr closed) is dropped, never reported on that same stderr (which would panic).
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .log_internal_errors(false)
+        .init();
     let result = match cli.command {
         Command::Simulate(args) => cmd_sim::run(args),
         Command::Topo(cmd) => cmd_topo::run(cmd),
@@ -101,13 +112,21 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader of our output went away (`weft … | head`): nothing left to say, and no one
+        // to say it to.
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             // The error and its causes, each cause left out when the message already holds its text.
             let err: &(dyn std::error::Error + 'static) = e.as_ref();
-            eprintln!("error: {}", weft_k8s::controller::ErrorChain(err));
+            component::note(format_args!("error: {}", weft_k8s::controller::ErrorChain(err)));
             ExitCode::from(2)
         }
     }
+}
+
+/// Whether `e` (or one of its causes) is a write to a closed pipe.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
 }
 
 #[cfg(test)]

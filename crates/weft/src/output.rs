@@ -1,4 +1,25 @@
-//! Output formats shared by the subcommands.
+//! Output formats shared by the subcommands, and the macros every command prints its result
+//! with: [`out!`] and [`outln!`] return the write's `io::Result` instead of panicking as `print!`
+//! does when stdout is a closed pipe (`weft topo show f | head -1`); `main` ends quietly on that.
+
+/// `print!` that returns the write's `io::Result`.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        std::io::Write::write_fmt(&mut std::io::stdout().lock(), format_args!($($arg)*))
+    };
+}
+
+/// `println!` that returns the write's `io::Result`.
+macro_rules! outln {
+    () => {
+        std::io::Write::write_all(&mut std::io::stdout().lock(), b"\n")
+    };
+    ($($arg:tt)*) => {{
+        let mut stdout = std::io::stdout().lock();
+        std::io::Write::write_fmt(&mut stdout, format_args!($($arg)*))
+            .and_then(|()| std::io::Write::write_all(&mut stdout, b"\n"))
+    }};
+}
 
 use clap::ValueEnum;
 use comfy_table::{ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
@@ -22,7 +43,7 @@ pub fn table(header: &[&str]) -> Table {
 
 /// Print a value as pretty JSON on stdout.
 pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
+    outln!("{}", serde_json::to_string_pretty(value)?)?;
     Ok(())
 }
 

@@ -1,0 +1,112 @@
+//! The real `weft` binary as an operator runs it: a long-running component behind a log pipe
+//! that goes away, slow clients, SIGTERM; and the CLI writing into a pipe that closes.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use weft_fakeapi::FakeApiServer;
+
+/// Longest a process may take to do what a step expects (a hang guard, not a measurement).
+const HANG_GUARD: Duration = Duration::from_secs(60);
+
+fn weft() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_weft"))
+}
+
+/// Waits for `child` to exit, at most [`HANG_GUARD`].
+fn wait_exit(mut child: Child) -> Option<ExitStatus> {
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+    match rx.recv_timeout(HANG_GUARD) {
+        Ok(status) => Some(status.unwrap()),
+        Err(_) => {
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+            None
+        }
+    }
+}
+
+fn sigterm(pid: u32) {
+    let status = Command::new("kill").args(["-TERM", &pid.to_string()]).status().expect("kill(1) runs");
+    assert!(status.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_extender_stops_on_sigterm_with_its_log_pipe_closed_and_a_slow_client_connected() {
+    let api = FakeApiServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig).unwrap();
+    let mut child = weft()
+        .args(["scheduler-extender", "--listen=127.0.0.1:0", "--ops-listen=127.0.0.1:0"])
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        // What the Deployment sets.
+        .env("WEFT_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let stderr = child.stderr.take().unwrap();
+    // Read the log until the extender says where it listens; keep what was read.
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(stderr);
+        let mut seen = String::new();
+        loop {
+            let mut line = String::new();
+            if lines.read_line(&mut line).unwrap_or(0) == 0 {
+                let _ = tx.send((seen, None, lines));
+                return;
+            }
+            seen.push_str(&line);
+            if let Some(rest) = line.split("scheduler-extender listening on ").nth(1) {
+                let addr = rest.split_whitespace().next().unwrap_or_default().to_string();
+                let _ = tx.send((seen, Some(addr), lines));
+                return;
+            }
+        }
+    });
+    let (log, addr, stderr) = rx.recv_timeout(HANG_GUARD).expect("the extender never said it listens");
+    let addr = addr.unwrap_or_else(|| panic!("the extender exited early:\n{log}"));
+    assert!(log.contains("INFO"), "info logs are on: {log}");
+    assert!(!log.contains('\u{1b}'), "no colour escapes in logs that are not a terminal: {log:?}");
+
+    // A client that sends half a request and then nothing.
+    let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(
+        &mut slow,
+        b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{",
+    )
+    .await
+    .unwrap();
+    // The log reader goes away (a log shipper restarts, `kubectl logs -f` ends in a pipe…).
+    drop(stderr);
+    sigterm(pid);
+    let status = wait_exit(child).expect("the extender ignored SIGTERM");
+    assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn printing_into_a_closed_pipe_ends_quietly() {
+    let topo = concat!(env!("CARGO_MANIFEST_DIR"), "/../weft-sim/topologies/dgx-a100-nvswitch-10nic.txt");
+    for args in [vec!["topo", "show", topo], vec!["topo", "show", topo, "-o", "json"]] {
+        // The pipe's reader is gone before weft writes a byte: every write fails with EPIPE.
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = weft().args(&args).stdout(writer).stderr(Stdio::piped()).spawn().unwrap();
+        let mut stderr = String::new();
+        let mut child = out;
+        child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+        let status = wait_exit(child).expect("weft hung writing into a closed pipe");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert!(status.success(), "{args:?}: {status:?} {stderr}");
+        assert_eq!(stderr, "", "{args:?}: nothing to say when the reader is gone");
+    }
+}
