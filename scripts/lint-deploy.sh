@@ -108,6 +108,7 @@ TARGETS=(
   "base+webhook|base|webhook"
   "overlays/example+webhook+webhook-cert-manager|overlays/example|webhook webhook-cert-manager"
   "base+agent-nvidia-runtime|base|agent-nvidia-runtime"
+  "base+webhook+network-policies|base|webhook network-policies"
 )
 RENDERED=()
 for t in "${TARGETS[@]}"; do
@@ -404,6 +405,28 @@ def check_target(target, objs):
                     err(where, f"webhook {w.get('name')}: no Service {svc.get('namespace')}/{svc.get('name')}")
                 elif svc.get("port", 443) not in [p.get("port") for p in s["spec"].get("ports") or []]:
                     err(where, f"webhook {w.get('name')}: Service {svc.get('name')} has no port {svc.get('port', 443)}")
+    # Network policies: every port a policy opens is a named port of the pods it selects, every
+    # port a Service sends to those pods is opened, and no example placeholder stays in an overlay.
+    workloads = [o for _, o in objs if o["kind"] in WORKLOADS]
+    for where, pol in by_kind.get("NetworkPolicy", []):
+        sel = ((pol["spec"].get("podSelector") or {}).get("matchLabels")) or {}
+        pods = [w for w in workloads if sel.items() <= (((w["spec"].get("template") or {}).get("metadata") or {})
+                                                         .get("labels") or {}).items()]
+        opened = {p.get("port") for r in pol["spec"].get("ingress") or [] for p in r.get("ports") or []}
+        for w in pods:
+            declared = {p.get("name") for c in pod_spec(w).get("containers") or [] for p in c.get("ports") or []}
+            for port in sorted(map(str, opened - declared)):
+                err(where, f"opens port {port!r}, which {w['kind']} {w['metadata']['name']} does not declare")
+            for svc in services.values():
+                if (svc["spec"].get("selector") or {}).items() <= sel.items() and svc["spec"].get("selector"):
+                    for p in svc["spec"].get("ports") or []:
+                        if p.get("targetPort") not in opened:
+                            err(where, f"blocks Service {svc['metadata']['name']} port {p.get('name')} "
+                                       f"(targetPort {p.get('targetPort')!r})")
+        cidrs = [b.get("ipBlock", {}).get("cidr") for r in pol["spec"].get("ingress") or []
+                 for b in r.get("from") or []]
+        if target.startswith("overlays/") and "192.0.2.0/24" in cidrs:
+            err(where, "still admits the placeholder 192.0.2.0/24: set the control plane's addresses")
     return services, names("Deployment")
 
 
@@ -418,6 +441,13 @@ def check_scheduler_config(services, deployments):
     # Fields of k8s.io/kube-scheduler/config/v1 Extender and ExtenderManagedResource.
     known = {"urlPrefix", "filterVerb", "preemptVerb", "prioritizeVerb", "weight", "bindVerb", "enableHTTPS",
              "tlsConfig", "httpTimeout", "nodeCacheCapable", "managedResources", "ignorable"}
+    # A second scheduler must not share the cluster scheduler's lease or profile name.
+    le = cfg.get("leaderElection") or {}
+    if le.get("leaderElect", True) and le.get("resourceName", "kube-scheduler") == "kube-scheduler":
+        err(where, "leaderElection.resourceName must be weft's own Lease, not the default kube-scheduler")
+    names = [p.get("schedulerName", "default-scheduler") for p in cfg.get("profiles") or [{}]]
+    if "default-scheduler" in names:
+        err(where, f"profiles {names}: a second scheduler must not claim default-scheduler's pods")
     extenders = [e for e in cfg.get("extenders") or [] if "weft" in e.get("urlPrefix", "")]
     if len(extenders) != 1:
         err(where, "needs exactly one extender whose urlPrefix points at weft")
