@@ -161,123 +161,14 @@ pub enum PodError {
     },
 }
 
-/// A quantity in Kubernetes' notation, as an exact decimal: `mantissa × 10^exp10 × 2^exp2`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Decimal {
-    negative: bool,
-    mantissa: u128,
-    exp10: i64,
-    exp2: u32,
+/// CPU quantity in millicores, rounded up as `Quantity.MilliValue()` does.
+fn parse_cpu_milli(s: &str) -> Result<u64, String> {
+    weft_resources::milli_value(s).map_err(|e| e.to_string())
 }
 
-/// Parse a Kubernetes quantity (`<signedNumber><suffix>`: `2`, `500m`, `1.5`, `.5`, `4Gi`, `1G`,
-/// `129e6`, `1E3`, `-1`).
-fn parse_decimal(s: &str) -> Result<Decimal, String> {
-    let s = s.trim();
-    if s.is_empty() {
-        return Err("empty quantity".into());
-    }
-    let (negative, rest) = match s.as_bytes()[0] {
-        b'-' => (true, &s[1..]),
-        b'+' => (false, &s[1..]),
-        _ => (false, s),
-    };
-    let number_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
-    let (number, suffix) = rest.split_at(number_end);
-    let (int_part, frac_part) = match number.split_once('.') {
-        Some((i, f)) => (i, f),
-        None => (number, ""),
-    };
-    if int_part.is_empty() && frac_part.is_empty() {
-        return Err("no digits".into());
-    }
-    if frac_part.contains('.') {
-        return Err("more than one decimal point".into());
-    }
-    let mut mantissa: u128 = 0;
-    for c in int_part.bytes().chain(frac_part.bytes()) {
-        mantissa = mantissa
-            .checked_mul(10)
-            .and_then(|m| m.checked_add(u128::from(c - b'0')))
-            .ok_or_else(|| "too many digits".to_string())?;
-    }
-    let frac_digits = i64::try_from(frac_part.len()).map_err(|_| "too many digits".to_string())?;
-    let (exp10, exp2) = match suffix {
-        "" => (0, 0),
-        "n" => (-9, 0),
-        "u" => (-6, 0),
-        "m" => (-3, 0),
-        "k" => (3, 0),
-        "M" => (6, 0),
-        "G" => (9, 0),
-        "T" => (12, 0),
-        "P" => (15, 0),
-        "E" => (18, 0),
-        "Ki" => (0, 10),
-        "Mi" => (0, 20),
-        "Gi" => (0, 30),
-        "Ti" => (0, 40),
-        "Pi" => (0, 50),
-        "Ei" => (0, 60),
-        other => {
-            let exp = other
-                .strip_prefix('e')
-                .or_else(|| other.strip_prefix('E'))
-                .ok_or_else(|| format!("unknown suffix '{other}'"))?;
-            let digits = exp.strip_prefix(['+', '-']).unwrap_or(exp);
-            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(format!("bad exponent '{other}'"));
-            }
-            let e: i64 = exp.parse().map_err(|_| format!("exponent '{other}' is out of range"))?;
-            if e.unsigned_abs() > 1000 {
-                return Err(format!("exponent '{other}' is out of range"));
-            }
-            (e, 0)
-        }
-    };
-    Ok(Decimal { negative, mantissa, exp10: exp10 - frac_digits, exp2 })
-}
-
-impl Decimal {
-    /// `ceil(value × 10^shift)`, for a non-negative value; `None` on overflow of u64.
-    fn ceil_scaled(self, shift: i64) -> Option<u64> {
-        let num = self.mantissa.checked_mul(1u128.checked_shl(self.exp2)?)?;
-        if num == 0 {
-            return Some(0);
-        }
-        let e = self.exp10 + shift;
-        let v = if e >= 0 {
-            let p = 10u128.checked_pow(u32::try_from(e).ok()?)?;
-            num.checked_mul(p)?
-        } else {
-            // 10^39 > u128::MAX >= num: a positive value that small rounds up to one unit.
-            match u32::try_from(e.unsigned_abs()).ok().and_then(|p| 10u128.checked_pow(p)) {
-                Some(d) => num.div_ceil(d),
-                None => 1,
-            }
-        };
-        u64::try_from(v).ok()
-    }
-}
-
-/// Parse a quantity into units × 10^`shift`, rounded up (`shift` 3 = millis). Negative quantities
-/// and values beyond u64 are errors.
-fn parse_quantity_scaled(s: &str, shift: i64) -> Result<u64, String> {
-    let d = parse_decimal(s)?;
-    if d.negative && d.mantissa != 0 {
-        return Err("negative quantity".into());
-    }
-    d.ceil_scaled(shift).ok_or_else(|| "quantity too large".to_string())
-}
-
-/// CPU quantity in millicores, rounded up as `Quantity.MilliValue()` does (`"1.5"` → 1500, `"100u"` → 1).
-pub fn parse_cpu_milli(s: &str) -> Result<u64, String> {
-    parse_quantity_scaled(s, 3)
-}
-
-/// Memory (or any count) quantity in units, rounded up as `Quantity.Value()` does (`"4Gi"`, `"129e6"`).
-pub fn parse_bytes(s: &str) -> Result<u64, String> {
-    parse_quantity_scaled(s, 0)
+/// Memory quantity in bytes, rounded up as `Quantity.Value()` does.
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    weft_resources::value(s).map_err(|e| e.to_string())
 }
 
 /// CPU and memory of one `ResourceRequirements`, normalised.
@@ -570,57 +461,6 @@ impl DeviceLocator for SysfsLocator {
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn cpu_quantities() {
-        for (q, milli) in [
-            ("2", 2000),
-            ("500m", 500),
-            ("1.5", 1500),
-            ("0.1", 100),
-            (".5", 500),
-            ("1.", 1000),
-            ("+2", 2000),
-            ("100u", 1),
-            ("1n", 1),
-            ("1e3", 1_000_000),
-            ("2E0", 2000),
-            ("0", 0),
-            ("-0", 0),
-            ("1k", 1_000_000),
-            ("1e-400", 1),
-        ] {
-            assert_eq!(parse_cpu_milli(q), Ok(milli), "{q}");
-        }
-    }
-
-    #[test]
-    fn memory_quantities() {
-        for (q, bytes) in [
-            ("4Gi", 4u64 << 30),
-            ("1G", 1_000_000_000),
-            ("128974848", 128_974_848),
-            ("129e6", 129_000_000),
-            ("129E+6", 129_000_000),
-            ("123Mi", 123 << 20),
-            ("1.5Gi", 3 << 29),
-            ("500m", 1),
-            ("1E", 1_000_000_000_000_000_000),
-            ("1Ei", 1 << 60),
-            ("0.5Ki", 512),
-        ] {
-            assert_eq!(parse_bytes(q), Ok(bytes), "{q}");
-        }
-    }
-
-    #[test]
-    fn bad_quantities() {
-        for q in ["", "abc", "1.2.3", "-1", "1x", "1e", "1e+", "1ee3", "Gi", ".", "1 Gi", "1e99999", "16Ei", "1e30"] {
-            assert!(parse_bytes(q).is_err(), "{q} parsed as {:?}", parse_bytes(q));
-        }
-        assert!(parse_bytes("-1").unwrap_err().contains("negative"));
-        assert!(parse_bytes("99999999999999999999999999999999999999999").unwrap_err().contains("digits"));
-    }
 
     fn pod(v: serde_json::Value) -> Pod {
         serde_json::from_value(v).unwrap()

@@ -40,7 +40,7 @@ pub use config::ExtenderConfig;
 pub use kube_view::KubeClusterView;
 pub use publish::{PublishError, PublishOutcome, publish_topology, publish_topology_with};
 pub use server::{ExtenderError, ExtenderState, router, serve};
-pub use usage::{DEFAULT_GPU_RESOURCE, GPU_IDS_ANNOTATION, GpuUsage, UsageIssue, gpu_request, gpus_in_use};
+pub use usage::{DEFAULT_GPU_RESOURCE, GPU_IDS_ANNOTATION, GpuUsage, UsageIssue, gpus_in_use};
 pub use view::{ClusterView, InMemoryView};
 pub use wire::{ExtenderArgs, ExtenderFilterResult, HostPriority, HostPriorityList, MAX_EXTENDER_PRIORITY, NodeList};
 pub use write::{Part, RetryPolicy, update_with_retry};

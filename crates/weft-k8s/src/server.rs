@@ -44,7 +44,7 @@ use crate::cache::TopologyCache;
 use crate::config::ExtenderConfig;
 use crate::decision::{self, Deadline, Expired, NodeState, Verdict};
 use crate::http::ServeOptions;
-use crate::usage::{PodRef, RequestError, gpu_request, gpus_in_use};
+use crate::usage::{PodRef, gpus_in_use};
 use crate::view::ClusterView;
 use crate::wire::{ExtenderArgs, ExtenderFilterResult, HostPriority, HostPriorityList, NodeList};
 
@@ -77,7 +77,7 @@ pub enum ExtenderError {
         /// The pod.
         pod: Box<PodRef>,
         /// Why.
-        error: Box<RequestError>,
+        error: Box<weft_resources::RequestError>,
     },
 }
 
@@ -276,7 +276,7 @@ impl ExtenderState {
     /// The pod's GPU request and the candidates with their topology and GPUs in use.
     fn candidates(&self, args: &ExtenderArgs, deadline: Deadline) -> Result<(u64, Vec<Candidate>), ExtenderError> {
         let pod = args.pod.as_ref().ok_or(ExtenderError::NoPod)?;
-        let request = gpu_request(pod, &self.cfg.resource_name)
+        let request = weft_resources::pod_request(pod, &self.cfg.resource_name)
             .map_err(|error| ExtenderError::BadRequest { pod: Box::new(PodRef::of(pod)), error: Box::new(error) })?;
         let names: Vec<String> = match (&args.nodes, &args.node_names) {
             (Some(list), _) => list.items.iter().map(|n| n.name().to_string()).collect(),

@@ -3,10 +3,10 @@
 use std::borrow::Borrow;
 use std::fmt;
 
-use k8s_openapi::api::core::v1::{Container, Pod};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::api::core::v1::Pod;
 use thiserror::Error;
 use weft_alloc::{Policy, PreparedNode, Request, allocate};
+use weft_resources::{RequestError, pod_request};
 
 /// Pod annotation weft writes when it places a pod: the GPU indices it holds, comma-separated
 /// (`"0,1,4,5"`).
@@ -38,144 +38,6 @@ impl fmt::Display for PodRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.namespace, self.name)
     }
-}
-
-/// Why a pod's device request could not be read.
-#[derive(Clone, Debug, PartialEq, Eq, Error)]
-pub enum RequestError {
-    /// A quantity that is not a whole, non-negative number of devices.
-    #[error("container '{container}': {resource} quantity '{value}' is not a whole number of devices")]
-    NotWhole {
-        /// Container name.
-        container: String,
-        /// Resource name.
-        resource: String,
-        /// The quantity as written.
-        value: String,
-    },
-    /// A quantity too large to count.
-    #[error("container '{container}': {resource} quantity '{value}' is too large")]
-    TooLarge {
-        /// Container name.
-        container: String,
-        /// Resource name.
-        resource: String,
-        /// The quantity as written.
-        value: String,
-    },
-}
-
-/// Number of `resource` devices the pod needs, computed as kubelet and the scheduler do
-/// (`resourcehelper.PodRequests`):
-///
-/// - per container, the larger of its request and limit (extended resources need both equal when
-///   both are set; the API server copies a lone limit into the request);
-/// - app containers are summed;
-/// - init containers run one after another, so the pod needs the largest of them, plus every
-///   restartable ("sidecar", `restartPolicy: Always`) init container started before it; sidecars
-///   also keep running beside the app containers, so they add to the app sum;
-/// - the result is `max(app sum + sidecars, largest init-time need)`.
-pub fn gpu_request(pod: &Pod, resource: &str) -> Result<u64, RequestError> {
-    let Some(spec) = &pod.spec else { return Ok(0) };
-    let mut app: u64 = 0;
-    for c in &spec.containers {
-        app = app.saturating_add(container_request(c, resource)?);
-    }
-    let mut sidecars: u64 = 0;
-    let mut init_peak: u64 = 0;
-    for c in spec.init_containers.iter().flatten() {
-        let r = container_request(c, resource)?;
-        let during = if c.restart_policy.as_deref() == Some("Always") {
-            sidecars = sidecars.saturating_add(r);
-            app = app.saturating_add(r);
-            sidecars
-        } else {
-            r.saturating_add(sidecars)
-        };
-        init_peak = init_peak.max(during);
-    }
-    Ok(app.max(init_peak))
-}
-
-fn container_request(c: &Container, resource: &str) -> Result<u64, RequestError> {
-    let Some(res) = &c.resources else { return Ok(0) };
-    let mut best = 0;
-    for list in [&res.requests, &res.limits].into_iter().flatten() {
-        if let Some(q) = list.get(resource) {
-            best = best.max(parse_count(q).map_err(|e| match e {
-                CountError::NotWhole => RequestError::NotWhole {
-                    container: c.name.clone(),
-                    resource: resource.to_string(),
-                    value: q.0.clone(),
-                },
-                CountError::TooLarge => RequestError::TooLarge {
-                    container: c.name.clone(),
-                    resource: resource.to_string(),
-                    value: q.0.clone(),
-                },
-            })?);
-        }
-    }
-    Ok(best)
-}
-
-enum CountError {
-    NotWhole,
-    TooLarge,
-}
-
-/// Parse a Kubernetes quantity that must be a whole count: `2`, `2000m`, `1k`, `1Ki`, `2e0`, `1.5k`.
-fn parse_count(q: &Quantity) -> Result<u64, CountError> {
-    let s = q.0.trim();
-    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
-        return s.parse().map_err(|_| CountError::TooLarge);
-    }
-    let s = s.strip_prefix('+').unwrap_or(s);
-    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
-    let (mantissa, suffix) = s.split_at(split);
-    let (int_part, frac_part) = mantissa.split_once('.').unwrap_or((mantissa, ""));
-    if (int_part.is_empty() && frac_part.is_empty()) || frac_part.contains('.') {
-        return Err(CountError::NotWhole);
-    }
-    // value = digits × 10^exp10 × 2^exp2, with digits the mantissa without its point.
-    let digits = format!("{int_part}{frac_part}");
-    let mut exp10: i64 = -(frac_part.len() as i64);
-    let mut exp2: u32 = 0;
-    match suffix {
-        "" => {}
-        "m" => exp10 -= 3,
-        "k" => exp10 += 3,
-        "M" => exp10 += 6,
-        "G" => exp10 += 9,
-        "T" => exp10 += 12,
-        "P" => exp10 += 15,
-        "E" => exp10 += 18,
-        "Ki" => exp2 = 10,
-        "Mi" => exp2 = 20,
-        "Gi" => exp2 = 30,
-        "Ti" => exp2 = 40,
-        "Pi" => exp2 = 50,
-        "Ei" => exp2 = 60,
-        other => {
-            let exp = other.strip_prefix(['e', 'E']).ok_or(CountError::NotWhole)?;
-            exp10 += exp.parse::<i64>().map_err(|_| CountError::NotWhole)?;
-        }
-    }
-    let digits = digits.trim_start_matches('0');
-    if digits.is_empty() {
-        return Ok(0);
-    }
-    // Strip trailing zeros into the exponent so `2000m` and `1.50k` stay exact.
-    let trimmed = digits.trim_end_matches('0');
-    exp10 += (digits.len() - trimmed.len()) as i64;
-    if exp10 < 0 {
-        return Err(CountError::NotWhole);
-    }
-    let mut v: u64 = trimmed.parse().map_err(|_| CountError::TooLarge)?;
-    for _ in 0..exp10 {
-        v = v.checked_mul(10).ok_or(CountError::TooLarge)?;
-    }
-    v.checked_mul(1u64.checked_shl(exp2).ok_or(CountError::TooLarge)?).ok_or(CountError::TooLarge)
 }
 
 /// Where a pod's GPU set came from.
@@ -305,7 +167,7 @@ pub fn gpus_in_use<P: Borrow<Pod>>(node: &PreparedNode, pods: &[P], resource: &s
     let mut replay: Vec<(&Pod, u64)> = Vec::new();
 
     for pod in pods.iter().map(Borrow::borrow).filter(|p| holds_devices(p)) {
-        let requested = match gpu_request(pod, resource) {
+        let requested = match pod_request(pod, resource) {
             Ok(q) => q,
             Err(error) => {
                 usage.issues.push(UsageIssue::BadRequest { pod: PodRef::of(pod), error });
@@ -416,34 +278,6 @@ pub fn format_gpu_ids(gpus: &[usize]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn q(s: &str) -> Result<u64, ()> {
-        parse_count(&Quantity(s.to_string())).map_err(|_| ())
-    }
-
-    #[test]
-    fn quantities_that_are_whole_counts_parse() {
-        assert_eq!(q("2"), Ok(2));
-        assert_eq!(q(" 8 "), Ok(8));
-        assert_eq!(q("2000m"), Ok(2));
-        assert_eq!(q("1k"), Ok(1000));
-        assert_eq!(q("1.5k"), Ok(1500));
-        assert_eq!(q("1Ki"), Ok(1024));
-        assert_eq!(q("4e0"), Ok(4));
-        assert_eq!(q("1e2"), Ok(100));
-        assert_eq!(q("0"), Ok(0));
-        assert_eq!(q("+3"), Ok(3));
-    }
-
-    #[test]
-    fn fractional_or_malformed_quantities_are_rejected() {
-        for bad in ["1.5", "500m", "", "abc", "1x", "-1", "1e-1", "."] {
-            assert_eq!(q(bad), Err(()), "{bad}");
-        }
-        assert_eq!(q("99999999999999999999"), Err(()));
-        assert_eq!(q("1Ei"), Ok(1 << 60));
-        assert_eq!(q("16Ei"), Err(()));
-    }
 
     #[test]
     fn gpu_ids_parse_and_reject_duplicates() {

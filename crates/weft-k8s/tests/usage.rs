@@ -1,81 +1,12 @@
-//! GPU requests of pods and the GPUs pods hold on a node.
+//! The GPUs pods hold on a node (a pod's request itself is weft-resources' `pod_request`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
 use k8s_openapi::api::core::v1::Pod;
-use serde_json::json;
 use weft_alloc::{Policy, PreparedNode, Request, allocate};
-use weft_k8s::usage::{GpuSource, RequestError, UsageIssue};
-use weft_k8s::{DEFAULT_GPU_RESOURCE, gpu_request, gpus_in_use};
-
-fn pod(spec: serde_json::Value) -> Pod {
-    serde_json::from_value(json!({"metadata": {"name": "p", "namespace": "ml"}, "spec": spec})).unwrap()
-}
-
-fn gpu(n: &str) -> serde_json::Value {
-    json!({"limits": {"nvidia.com/gpu": n}, "requests": {"nvidia.com/gpu": n}})
-}
-
-#[test]
-fn app_containers_are_summed() {
-    let p = pod(json!({"containers": [{"name": "a", "resources": gpu("2")}, {"name": "b", "resources": gpu("1")}]}));
-    assert_eq!(gpu_request(&p, DEFAULT_GPU_RESOURCE), Ok(3));
-}
-
-#[test]
-fn limit_alone_counts_and_larger_of_request_and_limit_wins() {
-    let p = pod(json!({"containers": [
-        {"name": "a", "resources": {"limits": {"nvidia.com/gpu": "2"}}},
-        {"name": "b", "resources": {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "3"}}}
-    ]}));
-    assert_eq!(gpu_request(&p, DEFAULT_GPU_RESOURCE), Ok(5));
-}
-
-#[test]
-fn init_containers_count_by_their_maximum_against_the_app_sum() {
-    let p = pod(json!({
-        "initContainers": [{"name": "i1", "resources": gpu("4")}, {"name": "i2", "resources": gpu("1")}],
-        "containers": [{"name": "a", "resources": gpu("1")}, {"name": "b", "resources": gpu("1")}]
-    }));
-    assert_eq!(gpu_request(&p, DEFAULT_GPU_RESOURCE), Ok(4), "max(init 4, app 2)");
-    let p = pod(json!({
-        "initContainers": [{"name": "i1", "resources": gpu("1")}],
-        "containers": [{"name": "a", "resources": gpu("2")}, {"name": "b", "resources": gpu("1")}]
-    }));
-    assert_eq!(gpu_request(&p, DEFAULT_GPU_RESOURCE), Ok(3), "max(init 1, app 3)");
-}
-
-#[test]
-fn sidecar_init_containers_add_to_the_app_sum_and_to_later_inits() {
-    let p = pod(json!({
-        "initContainers": [
-            {"name": "sidecar", "restartPolicy": "Always", "resources": gpu("1")},
-            {"name": "warmup", "resources": gpu("3")}
-        ],
-        "containers": [{"name": "a", "resources": gpu("2")}]
-    }));
-    // During warmup the sidecar runs too: 1 + 3 = 4; afterwards app 2 + sidecar 1 = 3.
-    assert_eq!(gpu_request(&p, DEFAULT_GPU_RESOURCE), Ok(4));
-}
-
-#[test]
-fn other_resources_and_missing_resources_count_zero() {
-    let p = pod(json!({"containers": [{"name": "a"}, {"name": "b", "resources": {"limits": {"cpu": "2"}}}]}));
-    assert_eq!(gpu_request(&p, DEFAULT_GPU_RESOURCE), Ok(0));
-    let p: Pod = serde_json::from_value(json!({"metadata": {"name": "p"}})).unwrap();
-    assert_eq!(gpu_request(&p, DEFAULT_GPU_RESOURCE), Ok(0));
-    let p = pod(json!({"containers": [{"name": "a", "resources": {"limits": {"amd.com/gpu": "2"}}}]}));
-    assert_eq!(gpu_request(&p, "amd.com/gpu"), Ok(2), "resource name is configurable");
-}
-
-#[test]
-fn fractional_gpu_quantity_is_an_error_naming_the_container() {
-    let p = pod(json!({"containers": [{"name": "half", "resources": {"limits": {"nvidia.com/gpu": "500m"}}}]}));
-    let e = gpu_request(&p, DEFAULT_GPU_RESOURCE).expect_err("fractional");
-    assert!(matches!(&e, RequestError::NotWhole { container, .. } if container == "half"), "{e}");
-    assert!(e.to_string().contains("500m"), "{e}");
-}
+use weft_k8s::usage::{GpuSource, UsageIssue};
+use weft_k8s::{DEFAULT_GPU_RESOURCE, gpus_in_use};
 
 fn prepared(t: &weft_topology::NodeTopology) -> PreparedNode {
     PreparedNode::new(t).unwrap()

@@ -3,9 +3,10 @@
 //! Two forms are read:
 //! - a generator (`kind: SimWorkload`): Poisson arrivals, exponential durations, a size mix;
 //! - the Pod manifests users apply, as a multi-document YAML stream: the GPU count is the pod's
-//!   `nvidia.com/gpu` (limits, else requests, summed over containers; init containers count as
-//!   kubelet does, by their maximum), and two annotations place it in time:
-//!   `sim.weft.io/arrival` and `sim.weft.io/duration`, in seconds.
+//!   `nvidia.com/gpu` as the kubelet counts it (weft-resources' `pod_need`: per container the
+//!   larger of request and limit, app containers summed, init containers by their peak, sidecars
+//!   both ways), and two annotations place it in time: `sim.weft.io/arrival` and
+//!   `sim.weft.io/duration`, in seconds.
 //!
 //! ```yaml
 //! apiVersion: weft.io/v1alpha1
@@ -24,6 +25,8 @@ use std::path::Path;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
+
+use weft_resources::{Stage, pod_need};
 
 use crate::SimError;
 
@@ -157,7 +160,12 @@ struct PodSpecDoc {
 }
 
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct ContainerDoc {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    restart_policy: Option<String>,
     #[serde(default)]
     resources: ResourcesDoc,
 }
@@ -170,18 +178,21 @@ struct ResourcesDoc {
     requests: BTreeMap<String, serde_json::Value>,
 }
 
-fn container_gpus(c: &ContainerDoc, where_: &str) -> Result<usize, String> {
-    let v = c.resources.limits.get(GPU_RESOURCE).or_else(|| c.resources.requests.get(GPU_RESOURCE));
-    match v {
-        None => Ok(0),
-        Some(serde_json::Value::Number(n)) => {
-            n.as_u64().map(|x| x as usize).ok_or_else(|| format!("{where_}: {GPU_RESOURCE} must be a whole number"))
+/// A container's GPUs: the quantities are strings or YAML numbers (both are valid quantities).
+fn container_gpus(c: &ContainerDoc, where_: &str) -> Result<u64, String> {
+    let mut quantities = Vec::new();
+    for (field, map) in [("requests", &c.resources.requests), ("limits", &c.resources.limits)] {
+        match map.get(GPU_RESOURCE) {
+            None => {}
+            Some(serde_json::Value::String(s)) => quantities.push(s.clone()),
+            Some(serde_json::Value::Number(n)) => quantities.push(n.to_string()),
+            Some(other) => {
+                return Err(format!("{where_}: resources.{field}.{GPU_RESOURCE} is {other}, expected a quantity"));
+            }
         }
-        Some(serde_json::Value::String(s)) => {
-            s.parse().map_err(|_| format!("{where_}: {GPU_RESOURCE} '{s}' is not a whole number"))
-        }
-        Some(other) => Err(format!("{where_}: {GPU_RESOURCE} is {other}, expected a whole number")),
     }
+    weft_resources::container_request(&c.name, GPU_RESOURCE, quantities.iter().map(String::as_str))
+        .map_err(|e| format!("{where_}: {e}"))
 }
 
 /// Read a workload file: a `SimWorkload` generator or a stream of Pod manifests.
@@ -209,19 +220,15 @@ pub fn parse_workload(text: &str, source_name: &str) -> Result<Vec<SimPod>, SimE
         if d.kind.as_deref() != Some("Pod") {
             return Err(fmt(format!("{where_}: kind is {:?}; the simulator reads Pods", d.kind.unwrap_or_default())));
         }
-        let app: usize =
-            d.spec.containers.iter().map(|c| container_gpus(c, &where_)).sum::<Result<usize, _>>().map_err(fmt)?;
-        let init = d
-            .spec
-            .init_containers
-            .iter()
-            .map(|c| container_gpus(c, &where_))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(fmt)?
-            .into_iter()
-            .max()
-            .unwrap_or(0);
-        let gpus = app.max(init);
+        let mut amounts = Vec::new();
+        for c in &d.spec.init_containers {
+            amounts.push((Stage::of_init(c.restart_policy.as_deref()), container_gpus(c, &where_).map_err(fmt)?));
+        }
+        for c in &d.spec.containers {
+            amounts.push((Stage::App, container_gpus(c, &where_).map_err(fmt)?));
+        }
+        let gpus =
+            usize::try_from(pod_need(amounts)).map_err(|_| fmt(format!("{where_}: {GPU_RESOURCE} is too large")))?;
         if gpus == 0 {
             return Err(fmt(format!("{where_}: requests no {GPU_RESOURCE}; the simulator places GPU pods")));
         }
@@ -295,6 +302,31 @@ spec:
         assert_eq!(pods[0].name, "early");
         assert_eq!(pods[1].gpus, 4);
         assert_eq!(pods[1].duration, 600.0);
+    }
+
+    #[test]
+    fn sidecars_and_any_whole_quantity_notation_count_as_the_kubelet_counts_them() {
+        let text = r#"
+kind: Pod
+metadata:
+  name: served
+  annotations: {sim.weft.io/arrival: "0", sim.weft.io/duration: "60"}
+spec:
+  initContainers:
+    - name: proxy
+      restartPolicy: Always
+      resources: {limits: {nvidia.com/gpu: 1}}
+    - name: warm
+      resources: {limits: {nvidia.com/gpu: 2000m}}
+  containers:
+    - name: a
+      resources: {requests: {nvidia.com/gpu: 1}, limits: {nvidia.com/gpu: "2"}}
+"#;
+        // warm runs beside the sidecar: 1 + 2 = 3; afterwards app 2 + sidecar 1 = 3.
+        assert_eq!(parse_workload(text, "w").unwrap()[0].gpus, 3);
+        let fractional = text.replace("2000m", "500m");
+        let e = parse_workload(&fractional, "w").unwrap_err().to_string();
+        assert!(e.contains("container 'warm'") && e.contains("500m"), "{e}");
     }
 
     #[test]
