@@ -54,33 +54,41 @@ impl FromIterator<u32> for CpuSet {
     }
 }
 
-impl FromStr for CpuSet {
-    type Err = TopologyError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
+impl CpuSet {
+    /// Parses a list of `what` numbers (`CPU`, `GPU`) in the kernel's list format; errors name
+    /// `what`.
+    pub fn parse_list(s: &str, what: &'static str) -> Result<CpuSet, TopologyError> {
         let mut set = BTreeSet::new();
         let s = s.trim();
         if s.is_empty() {
             return Ok(CpuSet(set));
         }
-        let bad = |why: &str| TopologyError::CpuList { list: s.to_string(), why: why.to_string() };
+        let bad = |why: String| TopologyError::IdList { what, list: s.to_string(), why };
         for part in s.split(',') {
             let part = part.trim();
             let (lo, hi) = match part.split_once('-') {
                 Some((a, b)) => (a.trim(), b.trim()),
                 None => (part, part),
             };
-            let lo: u32 = lo.parse().map_err(|_| bad(&format!("'{part}' is not a CPU number or range")))?;
-            let hi: u32 = hi.parse().map_err(|_| bad(&format!("'{part}' is not a CPU number or range")))?;
+            let lo: u32 = lo.parse().map_err(|_| bad(format!("'{part}' is not a {what} number or range")))?;
+            let hi: u32 = hi.parse().map_err(|_| bad(format!("'{part}' is not a {what} number or range")))?;
             if lo > hi {
-                return Err(bad(&format!("range '{part}' runs backwards")));
+                return Err(bad(format!("range '{part}' runs backwards")));
             }
             if hi > MAX_CPU {
-                return Err(bad(&format!("CPU {hi} is above the supported maximum {MAX_CPU}")));
+                return Err(bad(format!("{what} {hi} is above the supported maximum {MAX_CPU}")));
             }
             set.extend(lo..=hi);
         }
         Ok(CpuSet(set))
+    }
+}
+
+impl FromStr for CpuSet {
+    type Err = TopologyError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        CpuSet::parse_list(s, "CPU")
     }
 }
 
@@ -138,5 +146,12 @@ mod tests {
         assert!(err.contains("'x'"), "{err}");
         assert!("7-3".parse::<CpuSet>().unwrap_err().to_string().contains("backwards"));
         assert!("0-4294967295".parse::<CpuSet>().is_err());
+    }
+
+    #[test]
+    fn errors_name_what_the_numbers_are() {
+        let err = CpuSet::parse_list("0,x", "GPU").unwrap_err().to_string();
+        assert_eq!(err, "bad GPU list '0,x': 'x' is not a GPU number or range");
+        assert!(!err.contains("CPU"), "{err}");
     }
 }

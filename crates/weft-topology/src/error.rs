@@ -8,9 +8,11 @@ pub enum TopologyError {
     /// A `topo -m` cell or inventory relation that is not a known token.
     #[error("unknown link token '{0}' (expected X, NV#, PIX, PXB, PHB, NODE, SYS or SOC)")]
     UnknownRelation(String),
-    /// A malformed CPU list.
-    #[error("bad CPU list '{list}': {why}")]
-    CpuList {
+    /// A malformed list of numbers in the kernel's list format (CPUs, GPUs).
+    #[error("bad {what} list '{list}': {why}")]
+    IdList {
+        /// What the numbers are (`CPU`, `GPU`).
+        what: &'static str,
         /// The list as given.
         list: String,
         /// What is wrong with it.

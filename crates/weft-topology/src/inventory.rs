@@ -18,6 +18,7 @@
 //! ```
 
 use serde::{Deserialize, Serialize};
+use serde_saphyr::MessageFormatter as _;
 
 use crate::error::TopologyError;
 use crate::model::{CpuTopology, Gpu, Nic, NodeTopology, NvlinkGeneration, PairLink, PcieGeneration, PcieRelation};
@@ -201,6 +202,7 @@ impl Inventory {
         node.pcie_generation = self.pcie_generation.map(PcieGeneration).or(node.pcie_generation);
         node.inter_socket_gbps = self.inter_socket_gbps;
         node.cpus = self.cpus;
+        node.check_values()?;
         Ok(node)
     }
 }
@@ -234,22 +236,39 @@ pub fn parse_node(text: &str, source_name: &str) -> Result<NodeTopology, Topolog
     match detect_format(text) {
         SourceFormat::SmiText => parse_topo_matrix(text, source_name),
         SourceFormat::Json => {
-            let inv: Inventory = serde_json::from_str(text).map_err(|e| TopologyError::Parse {
-                source_name: source_name.to_string(),
-                line: e.line(),
-                column: e.column(),
-                message: e.to_string(),
-            })?;
+            let inv: Inventory = serde_json::from_str(text).map_err(|e| json_error(&e, source_name))?;
             inv.into_node().map_err(|e| in_source(e, source_name))
         }
         SourceFormat::Yaml => {
-            let inv: Inventory = serde_saphyr::from_str(text).map_err(|e| {
+            let inv: Inventory = serde_saphyr::from_str_with_options(text, yaml_options(text)).map_err(|e| {
                 let (line, column) = yaml_location(&e);
-                TopologyError::Parse { source_name: source_name.to_string(), line, column, message: e.to_string() }
+                let message = serde_saphyr::DefaultMessageFormatter.format_message(e.without_snippet()).into_owned();
+                TopologyError::Parse { source_name: source_name.to_string(), line, column, message }
             })?;
             inv.into_node().map_err(|e| in_source(e, source_name))
         }
     }
+}
+
+/// A JSON error at its place, the message without serde_json's own position suffix (the place is
+/// already in front of it).
+pub(crate) fn json_error(e: &serde_json::Error, source_name: &str) -> TopologyError {
+    let text = e.to_string();
+    let suffix = format!(" at line {} column {}", e.line(), e.column());
+    let message = text.strip_suffix(&suffix).unwrap_or(&text).to_string();
+    TopologyError::Parse { source_name: source_name.to_string(), line: e.line(), column: e.column(), message }
+}
+
+/// YAML parser limits that grow with the text: a document is already in memory, so its size is
+/// the bound, and whatever weft writes (a node of any size) reads back. The limits that stop
+/// alias and nesting bombs stay at serde-saphyr's defaults.
+fn yaml_options(text: &str) -> serde_saphyr::Options {
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_events = budget.max_events.max(text.len());
+    budget.max_nodes = budget.max_nodes.max(text.len());
+    let mut options = serde_saphyr::Options::default();
+    options.budget = Some(budget);
+    options
 }
 
 fn in_source(e: TopologyError, source_name: &str) -> TopologyError {
@@ -327,9 +346,47 @@ mod tests {
     }
 
     #[test]
-    fn json_syntax_error_has_a_line() {
+    fn json_syntax_error_has_a_line_said_once() {
         let e = parse_node("{\n  \"apiVersion\": 3,\n}", "bad.json").unwrap_err().to_string();
-        assert!(e.starts_with("bad.json:2:"), "{e}");
+        assert!(e.starts_with("bad.json:2:17: "), "{e}");
+        assert!(!e.contains("at line"), "the position is said once: {e}");
+    }
+
+    #[test]
+    fn yaml_error_has_a_line_said_once_and_no_snippet() {
+        let text = "apiVersion: weft.io/v1alpha1\nkind: NodeTopology\ngpus: [{index: x}]\n";
+        let e = parse_node(text, "bad.yaml").unwrap_err().to_string();
+        assert!(e.starts_with("bad.yaml:3:16: "), "{e}");
+        assert!(!e.contains("line 3") && !e.contains('\n'), "the position is said once: {e}");
+    }
+
+    #[test]
+    fn what_weft_writes_reads_back_at_any_size() {
+        let node = uniform_node("big", 400, PairLink { pcie: Some(PcieRelation::Sys), nvlinks: 0 });
+        let yaml = to_yaml(&node).unwrap();
+        // Over serde-saphyr's default node budget: this is the case that did not read back.
+        assert!(serde_saphyr::from_str::<Inventory>(&yaml).is_err());
+        assert_eq!(parse_node(&yaml, "big.yaml").unwrap(), node);
+        assert_eq!(parse_node(&to_json(&node), "big.json").unwrap(), node);
+    }
+
+    #[test]
+    fn values_out_of_range_are_refused_naming_the_field() {
+        let json = |edit: &dyn Fn(&mut serde_json::Value)| {
+            let mut v: serde_json::Value = serde_json::from_str(&to_json(&sample())).unwrap();
+            edit(&mut v);
+            parse_node(&v.to_string(), "n.json").map(|_| ()).unwrap_err().to_string()
+        };
+        let e = json(&|v| v["pcieGeneration"] = 200.into());
+        assert!(e.contains("pcieGeneration") && e.contains("200"), "{e}");
+        let e = json(&|v| v["interSocketGbps"] = (-5.0).into());
+        assert!(e.contains("interSocketGbps") && e.contains("-5"), "{e}");
+        let e = json(&|v| v["interSocketGbps"] = 1e300.into());
+        assert!(e.contains("interSocketGbps"), "{e}");
+        let e = json(&|v| v["gpus"][1]["numaNode"] = 99_999_999.into());
+        assert!(e.contains("gpus[1].numaNode") && e.contains("99999999"), "{e}");
+        let e = json(&|v| v["cpus"]["numaNodes"] = serde_json::json!([{"id": 5000, "cpus": "0-3"}]));
+        assert!(e.contains("cpus.numaNodes[0].id"), "{e}");
     }
 
     #[test]

@@ -174,6 +174,18 @@ impl NvlinkGeneration {
         }
     }
 
+    /// The name people use for it (`NVLink 2`).
+    pub fn label(self) -> &'static str {
+        match self {
+            NvlinkGeneration::Nvlink1 => "NVLink 1",
+            NvlinkGeneration::Nvlink2 => "NVLink 2",
+            NvlinkGeneration::Nvlink3 => "NVLink 3",
+            NvlinkGeneration::Nvlink3Ga102 => "NVLink 3 (GA102 bridge)",
+            NvlinkGeneration::Nvlink4 => "NVLink 4",
+            NvlinkGeneration::Nvlink5 => "NVLink 5",
+        }
+    }
+
     /// Guess the generation from the largest NVLink count seen between two GPUs, for sources without
     /// product names (a `topo -m` dump): 18 → NVLink 4, 12 → NVLink 3, 4 → GA102 bridges,
     /// 1..3 or 6 → NVLink 2 (V100 hybrid cube-mesh). Documented in docs/topology.md.
@@ -188,13 +200,22 @@ impl NvlinkGeneration {
     }
 }
 
+impl fmt::Display for NvlinkGeneration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
 /// PCIe generation of the GPUs' x16 links.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct PcieGeneration(pub u8);
 
 impl PcieGeneration {
+    /// The generations there are: PCIe 1.0 to 7.0.
+    pub const KNOWN: std::ops::RangeInclusive<u8> = 1..=7;
+
     /// Raw x16 rate per direction in GB/s (GT/s × 16 lanes × encoding / 8): Gen3 15.75, Gen4 31.5,
-    /// Gen5 63, Gen6 ≈121.
+    /// Gen5 63, Gen6 ≈121, Gen7 ≈242.
     pub fn x16_gbps(self) -> f64 {
         match self.0 {
             0..=1 => 4.0,
@@ -202,7 +223,19 @@ impl PcieGeneration {
             3 => 15.75,
             4 => 31.5,
             5 => 63.0,
-            _ => 121.0,
+            6 => 121.0,
+            _ => 242.0,
+        }
+    }
+
+    /// The PCIe generation of the GPUs of an NVLink generation, for sources that name neither the
+    /// product nor the PCIe generation (a `topo -m` dump): P100 and V100 are Gen3, A100 and the
+    /// GA102 boards Gen4, H100 and B200 Gen5.
+    pub fn of_nvlink_generation(g: NvlinkGeneration) -> PcieGeneration {
+        match g {
+            NvlinkGeneration::Nvlink1 | NvlinkGeneration::Nvlink2 => PcieGeneration(3),
+            NvlinkGeneration::Nvlink3 | NvlinkGeneration::Nvlink3Ga102 => PcieGeneration(4),
+            NvlinkGeneration::Nvlink4 | NvlinkGeneration::Nvlink5 => PcieGeneration(5),
         }
     }
 
@@ -221,6 +254,15 @@ impl PcieGeneration {
         }
     }
 }
+
+/// Highest NUMA node number Linux supports (`CONFIG_NODES_SHIFT` is at most 10).
+pub const MAX_NUMA_NODE: u32 = 1023;
+
+/// Largest socket count accepted.
+pub const MAX_SOCKETS: u32 = 64;
+
+/// Largest inter-socket bandwidth accepted, GB/s per direction (today's links are in the hundreds).
+pub const MAX_INTER_SOCKET_GBPS: f64 = 10_000.0;
 
 /// Cost factor of peer-to-peer traffic through the CPU root complex (NCCL's `INTEL_P2P_OVERHEAD`, 6/5).
 pub const P2P_THROUGH_CPU_OVERHEAD: f64 = 1.2;
@@ -402,8 +444,51 @@ impl NodeTopology {
                 .or_else(|| NvlinkGeneration::from_max_nvlinks(self.max_nvlinks()));
         }
         if self.pcie_generation.is_none() {
-            self.pcie_generation = model.as_deref().and_then(PcieGeneration::from_product_name);
+            self.pcie_generation = model
+                .as_deref()
+                .and_then(PcieGeneration::from_product_name)
+                .or_else(|| self.nvlink_generation.map(PcieGeneration::of_nvlink_generation));
         }
+    }
+
+    /// Checks the values a description can get wrong that the structure does not catch; errors
+    /// name the field as the inventory spells it (`gpus[3].numaNode`).
+    pub fn check_values(&self) -> Result<(), TopologyError> {
+        let bad = |field: String, why: String| Err(TopologyError::Invalid(format!("{field}: {why}")));
+        if let Some(g) = self.pcie_generation
+            && !PcieGeneration::KNOWN.contains(&g.0)
+        {
+            return bad("pcieGeneration".into(), format!("{} is not a PCIe generation (1 to 7)", g.0));
+        }
+        if let Some(bw) = self.inter_socket_gbps
+            && !(bw > 0.0 && bw <= MAX_INTER_SOCKET_GBPS)
+        {
+            return bad(
+                "interSocketGbps".into(),
+                format!("{bw} is not a bandwidth in GB/s (above 0, at most {MAX_INTER_SOCKET_GBPS})"),
+            );
+        }
+        let numa = |field: String, id: Option<u32>| match id {
+            Some(id) if id > MAX_NUMA_NODE => {
+                bad(field, format!("{id} is above the highest NUMA node Linux supports ({MAX_NUMA_NODE})"))
+            }
+            _ => Ok(()),
+        };
+        for (i, g) in self.gpus.iter().enumerate() {
+            numa(format!("gpus[{i}].numaNode"), g.numa_node)?;
+        }
+        for (i, n) in self.nics.iter().enumerate() {
+            numa(format!("nics[{i}].numaNode"), n.numa_node)?;
+        }
+        for (i, n) in self.cpus.numa_nodes.iter().enumerate() {
+            numa(format!("cpus.numaNodes[{i}].id"), Some(n.id))?;
+        }
+        if let Some(s) = self.cpus.sockets
+            && !(1..=MAX_SOCKETS).contains(&s)
+        {
+            return bad("cpus.sockets".into(), format!("{s} is not a socket count (1 to {MAX_SOCKETS})"));
+        }
+        Ok(())
     }
 
     /// Number of GPUs.

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 
 use crate::cpuset::CpuSet;
 use crate::error::TopologyError;
-use crate::model::{CpuTopology, Gpu, MAX_NVLINKS, Nic, NodeTopology, NumaNode, PairLink, PcieRelation};
+use crate::model::{CpuTopology, Gpu, MAX_NUMA_NODE, MAX_NVLINKS, Nic, NodeTopology, NumaNode, PairLink, PcieRelation};
 
 /// One parsed matrix cell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -436,7 +436,16 @@ fn parse_gpu_affinity(
             Affinity::Numa => {
                 // A single node; ranges (`0-1`) mean the GPU has no single local node.
                 if tok.chars().all(|c| c.is_ascii_digit()) {
-                    gpu.numa_node = tok.parse().ok();
+                    let node = tok.parse::<u32>().ok().filter(|&n| n <= MAX_NUMA_NODE).ok_or_else(|| {
+                        (
+                            col,
+                            format!(
+                                "NUMA Affinity of GPU{index} is {tok}, above the highest NUMA node Linux supports \
+                                 ({MAX_NUMA_NODE})"
+                            ),
+                        )
+                    })?;
+                    gpu.numa_node = Some(node);
                 } else if tok.parse::<CpuSet>().is_err() {
                     return Err((
                         col,

@@ -20,7 +20,7 @@ use weft_agent::service::{self, Mode, ServiceConfig};
 use weft_k8s::node_agent::{Discover, PublisherConfig, PublisherMetrics, keep_topology_published};
 use weft_k8s::write::RetryPolicy;
 use weft_nri::plugin::PluginOptions;
-use weft_topology::discover::{SysfsRoot, read_cpu_layout};
+use weft_topology::discover::{DiscoveryCache, SysfsRoot, read_cpu_layout};
 use weft_topology::model::uniform_node;
 use weft_topology::{CpuSet, NodeTopology, PairLink, read_node_file};
 
@@ -234,7 +234,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
         None => {
             let args = a.discover.clone();
             Arc::new(move || {
-                let found = discover_node(&args).map_err(|e| format!("{e:#}"))?;
+                let found = discover_node(&args, Some(DiscoveryCache::DEFAULT_PATH)).map_err(|e| format!("{e:#}"))?;
                 for note in &found.notes {
                     tracing::info!(note = %note, "discovery");
                 }

@@ -31,8 +31,8 @@ pub struct AllocateArgs {
     /// Node topology: `nvidia-smi topo -m` text or inventory JSON/YAML (detected).
     #[arg(long, short, value_name = "FILE")]
     topology: PathBuf,
-    /// Number of GPUs.
-    #[arg(long, short = 'k')]
+    /// Number of GPUs (at least 1).
+    #[arg(long, short = 'k', allow_negative_numbers = true, value_parser = gpu_count)]
     count: usize,
     /// Free GPUs (default: all). Order breaks ties, as in go-gpuallocator.
     #[arg(long, value_parser = parse_gpu_list_arg, value_name = "LIST")]
@@ -51,8 +51,8 @@ pub struct AllocateArgs {
 
 #[derive(Args, Debug)]
 pub struct ScoreArgs {
-    /// GPUs the pod asks for.
-    #[arg(long, short = 'k')]
+    /// GPUs the pod asks for (at least 1).
+    #[arg(long, short = 'k', allow_negative_numbers = true, value_parser = gpu_count)]
     count: usize,
     /// Nodes: FILE or FILE@USED-GPUS.
     #[arg(required = true, value_name = "NODE")]
@@ -63,6 +63,15 @@ pub struct ScoreArgs {
     /// Output format.
     #[arg(long, short, value_enum, default_value_t)]
     output: Output,
+}
+
+/// A GPU count: a whole number of at least 1.
+fn gpu_count(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<i64>() {
+        Ok(n) if n >= 1 => usize::try_from(n).map_err(|_| format!("{n} GPUs is more than any node has")),
+        Ok(n) => Err(format!("a pod asks for at least 1 GPU, not {n}")),
+        Err(_) => Err(format!("'{s}' is not a whole number of GPUs")),
+    }
 }
 
 pub fn run(cmd: GpuCommand) -> anyhow::Result<()> {

@@ -77,9 +77,11 @@ pub struct DiscoverArgs {
     /// Node name (default: the host name).
     #[arg(long)]
     node_name: Option<String>,
-    /// Cache of the slow GPU link queries, keyed by GPU UUIDs, driver and boot id.
-    #[arg(long, value_name = "FILE", default_value = DiscoveryCache::DEFAULT_PATH)]
-    cache: PathBuf,
+    /// Cache of the slow GPU link queries, keyed by GPU UUIDs, driver and boot id. The agent and
+    /// `topo publish` use /var/lib/weft/topology.json unless told otherwise; `topo discover`
+    /// only inspects, and reads or writes a cache only when given one.
+    #[arg(long, value_name = "FILE")]
+    cache: Option<PathBuf>,
     /// Do not read or write the cache.
     #[arg(long)]
     no_cache: bool,
@@ -107,9 +109,9 @@ pub fn run(cmd: TopoCommand) -> anyhow::Result<()> {
             show(&node, a.output)
         }
         TopoCommand::Discover(a) => {
-            let found = discover_node(&a.discover)?;
+            let found = discover_node(&a.discover, None)?;
             for note in &found.notes {
-                eprintln!("note: {note}");
+                crate::component::note(format_args!("note: {note}"));
             }
             show(&found.node, a.output)
         }
@@ -121,9 +123,9 @@ fn publish(a: PublishArgs) -> anyhow::Result<()> {
     let mut node = match &a.topology {
         Some(p) => read_node_file(p)?,
         None => {
-            let found = discover_node(&a.discover)?;
+            let found = discover_node(&a.discover, Some(DiscoveryCache::DEFAULT_PATH))?;
             for note in &found.notes {
-                eprintln!("note: {note}");
+                crate::component::note(format_args!("note: {note}"));
             }
             found.node
         }
@@ -148,13 +150,23 @@ impl DiscoverArgs {
     }
 }
 
-pub fn discover_node(a: &DiscoverArgs) -> anyhow::Result<weft_topology::discover::Discovery> {
+/// Run discovery with the command's options. `default_cache`: the cache used when the flags name
+/// none (the agent's and `topo publish`'s; `topo discover` has none).
+pub fn discover_node(
+    a: &DiscoverArgs,
+    default_cache: Option<&str>,
+) -> anyhow::Result<weft_topology::discover::Discovery> {
+    let cache = match (&a.cache, a.no_cache) {
+        (_, true) => None,
+        (Some(path), false) => Some(path.clone()),
+        (None, false) => default_cache.map(PathBuf::from),
+    };
     let opts = DiscoverOptions {
         root: SysfsRoot::new(a.root.clone()),
         node_name: a.node_name.clone(),
         netdevs: a.netdevs,
         gpus: if a.no_gpus { GpuBackend::Disabled } else { GpuBackend::Nvml },
-        cache: (!a.no_cache).then(|| DiscoveryCache::new(a.cache.clone())),
+        cache: cache.map(DiscoveryCache::new),
     };
     Ok(discover(&opts)?)
 }
@@ -170,7 +182,7 @@ fn show(node: &NodeTopology, output: ShowOutput) -> anyhow::Result<()> {
                 outln!("node {name}: {} GPUs, {} NICs", node.gpu_count(), node.nics.len())?;
             }
             if let Some(g) = node.nvlink_generation {
-                outln!("NVLink generation: {g:?}")?;
+                outln!("NVLink generation: {g}")?;
             }
             if let Some(p) = node.pcie_generation {
                 outln!("PCIe generation:   Gen{}", p.0)?;

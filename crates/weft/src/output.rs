@@ -58,9 +58,8 @@ pub fn parse_gpu_list_arg(s: &str) -> Result<GpuList, String> {
 
 /// Parse a GPU list: `0,1,4-7`.
 pub fn parse_gpu_list(s: &str) -> Result<Vec<usize>, String> {
-    let set: weft_topology::CpuSet = s.parse().map_err(|e: weft_topology::TopologyError| {
-        format!("'{s}' is not a GPU list like 0,1,4-7 ({e})").replace("CPU list", "list")
-    })?;
+    let set = weft_topology::CpuSet::parse_list(s, "GPU")
+        .map_err(|e| format!("'{s}' is not a GPU list like 0,1,4-7 ({e})"))?;
     Ok(set.iter().map(|g| g as usize).collect())
 }
 

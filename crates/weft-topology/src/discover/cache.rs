@@ -111,12 +111,7 @@ impl DiscoveryCache {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(source) => return Err(TopologyError::Io { path: name, source }),
         };
-        let file: CacheFile = serde_json::from_str(&text).map_err(|e| TopologyError::Parse {
-            source_name: name.clone(),
-            line: e.line(),
-            column: e.column(),
-            message: e.to_string(),
-        })?;
+        let file: CacheFile = serde_json::from_str(&text).map_err(|e| crate::inventory::json_error(&e, &name))?;
         let node = file.inventory.into_node().map_err(|e| match e {
             TopologyError::Invalid(m) => TopologyError::Invalid(format!("{name}: inventory: {m}")),
             other => other,

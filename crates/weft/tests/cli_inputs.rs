@@ -1,0 +1,117 @@
+//! The CLI as a new user meets it: bad numbers, lists, files and values get one clear message
+//! each, and inspection commands write nothing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn weft(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_weft")).args(args).output().expect("weft binary runs")
+}
+
+fn topology(name: &str) -> String {
+    let p: PathBuf = [env!("CARGO_MANIFEST_DIR"), "..", "weft-sim", "topologies", name].iter().collect();
+    p.to_string_lossy().into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn a_gpu_count_below_one_is_named_as_such() {
+    let v100 = topology("dgx1-v100-mlx5-columns.txt");
+    for k in ["-1", "0"] {
+        let out = weft(&["gpu", "allocate", "-t", &v100, "-k", k]);
+        assert_eq!(out.status.code(), Some(2));
+        let e = stderr(&out);
+        assert!(e.contains("--count") && e.contains("at least 1") && !e.contains("unexpected argument"), "{e}");
+    }
+    let out = weft(&["gpu", "score", "-k", "-3", &v100]);
+    assert!(stderr(&out).contains("at least 1 GPU, not -3"), "{}", stderr(&out));
+}
+
+#[test]
+fn a_bad_gpu_list_speaks_of_gpus() {
+    let out =
+        weft(&["gpu", "allocate", "-t", &topology("dgx1-v100-mlx5-columns.txt"), "-k", "2", "--available", "0,x"]);
+    assert_eq!(out.status.code(), Some(2));
+    let e = stderr(&out);
+    assert!(e.contains("'x' is not a GPU number or range"), "{e}");
+    assert!(!e.contains("CPU"), "{e}");
+}
+
+#[test]
+fn parse_errors_give_the_position_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("bad.json");
+    std::fs::write(&json, "{\n  \"apiVersion\": 3,\n}").unwrap();
+    let e = stderr(&weft(&["topo", "show", json.to_str().unwrap()]));
+    assert!(e.contains("bad.json:2:17: invalid type"), "{e}");
+    assert!(!e.contains("at line"), "{e}");
+    let yaml = dir.path().join("bad.yaml");
+    std::fs::write(&yaml, "apiVersion: weft.io/v1alpha1\nkind: NodeTopology\ngpus: [{index: x}]\n").unwrap();
+    let e = stderr(&weft(&["topo", "show", yaml.to_str().unwrap()]));
+    assert!(e.contains("bad.yaml:3:16: "), "{e}");
+    assert_eq!(e.matches("3:16").count() + e.matches("line 3").count(), 1, "{e}");
+}
+
+#[test]
+fn out_of_range_values_are_refused_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = weft(&["topo", "show", &topology("dgx1-v100-mlx5-columns.txt"), "-o", "json"]);
+    let mut v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["interSocketGbps"] = serde_json::json!(-5.0);
+    let file = dir.path().join("neg.json");
+    std::fs::write(&file, v.to_string()).unwrap();
+    let out = weft(&["topo", "show", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("interSocketGbps: -5 is not a bandwidth"), "{}", stderr(&out));
+}
+
+#[test]
+fn generations_are_shown_by_their_names() {
+    let out = weft(&["topo", "show", &topology("dgx1-v100-mlx5-columns.txt")]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("NVLink generation: NVLink 2\n"), "{text}");
+    assert!(!text.contains("Nvlink2"), "{text}");
+}
+
+#[test]
+fn a_v100_nv1_pair_is_rated_at_its_nvlink_not_at_a_pcie_the_system_lacks() {
+    // GPU0–GPU1 of a DGX-1 V100 share one NVLink 2 (25 GB/s); the system's PCIe is Gen3
+    // (15.75 GB/s x16), so NVLink is the faster path and the pair's rate.
+    let out = weft(&[
+        "gpu",
+        "allocate",
+        "-t",
+        &topology("dgx1-v100-mlx5-columns.txt"),
+        "-k",
+        "2",
+        "--available",
+        "0,1",
+        "-o",
+        "json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["meanPairBandwidthGbps"], 25.0, "{v}");
+    let shown = weft(&["topo", "show", &topology("dgx1-v100-mlx5-columns.txt")]);
+    assert!(String::from_utf8_lossy(&shown.stdout).contains("PCIe generation:   Gen3"));
+}
+
+#[test]
+fn topo_discover_writes_no_cache_unless_given_one() {
+    let default = std::path::Path::new("/var/lib/weft/topology.json");
+    let before = std::fs::metadata(default).ok().map(|m| m.modified().unwrap());
+    let out = weft(&["topo", "discover", "--no-gpus", "-o", "json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let after = std::fs::metadata(default).ok().map(|m| m.modified().unwrap());
+    assert_eq!(before, after, "topo discover touched {}", default.display());
+    // Asked for, a cache is written where asked.
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache.json");
+    let out = weft(&["topo", "discover", "--no-gpus", "-o", "json", "--cache", cache.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(cache.exists(), "no cache at {}", cache.display());
+}
