@@ -1,6 +1,7 @@
 //! `weft scheduler-extender`.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use clap::Args;
 use weft_alloc::ScoreConfig;
 use weft_k8s::cache::CacheLimits;
 use weft_k8s::http::ServeOptions;
-use weft_k8s::{ExtenderConfig, ExtenderState, KubeClusterView, serve};
+use weft_k8s::{ClusterView, ExtenderConfig, ExtenderState, InMemoryView, KubeClusterView, serve};
 
 use crate::component::{self, note};
 use crate::kube_args::{KubeArgs, OpsArgs};
@@ -60,6 +61,15 @@ pub struct ExtenderArgs {
     /// Bytes the topology cache may hold (annotation text and prepared topologies).
     #[arg(long, default_value_t = weft_k8s::cache::DEFAULT_MAX_BYTES)]
     cache_max_bytes: usize,
+    /// Serve without a cluster, to try the extender locally: nodes from this cluster file (the
+    /// simulator's SimCluster format, `weft simulate --cluster`; `default` for the embedded default
+    /// cluster), named `<type>-<i>` and annotated with their topologies.
+    #[arg(long, value_name = "FILE")]
+    cluster_file: Option<PathBuf>,
+    /// With --cluster-file: pods already on those nodes (Pod manifests with `spec.nodeName`, and
+    /// `weft.io/gpu-ids` where their GPUs are known).
+    #[arg(long, value_name = "FILE", requires = "cluster_file")]
+    pods_file: Option<PathBuf>,
     /// Honour the `X-Weft-Debug: true` header on prioritize (each node's reason in the answer,
     /// which tells any caller how many GPUs are free on each node). Off by default.
     #[arg(long)]
@@ -85,8 +95,10 @@ pub fn run(a: ExtenderArgs) -> anyhow::Result<()> {
         cache_limits: CacheLimits { max_nodes: a.cache_max_nodes, max_bytes: a.cache_max_bytes },
     };
     component::run("scheduler-extender", &a.ops, |c| async move {
-        let client = a.kube.client().await?;
-        let view = Arc::new(KubeClusterView::spawn(client));
+        let view: Arc<dyn ClusterView> = match &a.cluster_file {
+            Some(file) => Arc::new(local_view(file, a.pods_file.as_deref())?),
+            None => Arc::new(KubeClusterView::spawn(a.kube.client().await?)),
+        };
         let state = Arc::new(ExtenderState::new(view, cfg));
         c.ops.register_metrics(|registry| state.register_metrics(registry));
         state.add_readiness_check(&c.ops);
@@ -98,4 +110,47 @@ pub fn run(a: ExtenderArgs) -> anyhow::Result<()> {
         let stop = c.shutdown.clone();
         serve(listener, state, ServeOptions::default(), async move { stop.cancelled().await }).await.context("serving")
     })
+}
+
+/// A cluster held in memory from a cluster file (and pods), for trying the extender locally.
+fn local_view(cluster_file: &std::path::Path, pods_file: Option<&std::path::Path>) -> anyhow::Result<InMemoryView> {
+    let (spec, base) = if cluster_file.as_os_str() == "default" {
+        (weft_sim::cluster::ClusterSpec::embedded_default(), None)
+    } else {
+        (weft_sim::cluster::ClusterSpec::from_file(cluster_file)?, cluster_file.parent())
+    };
+    let cluster = spec.build(base)?;
+    let view = InMemoryView::new();
+    for node in &cluster.nodes {
+        let topology = &cluster.types[node.node_type].topology;
+        let annotations = [(weft_k8s::TOPOLOGY_ANNOTATION.to_string(), weft_topology::inventory::to_json(topology))];
+        view.insert_node(k8s_openapi::api::core::v1::Node {
+            metadata: kube::api::ObjectMeta {
+                name: Some(node.name.clone()),
+                resource_version: Some("1".into()),
+                annotations: Some(annotations.into_iter().collect()),
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+    }
+    let mut pods = 0;
+    if let Some(path) = pods_file {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let docs: Vec<k8s_openapi::api::core::v1::Pod> =
+            serde_saphyr::from_multiple(&text).with_context(|| format!("{}: not Pod manifests", path.display()))?;
+        for pod in docs {
+            pods += 1;
+            view.insert_pod(pod);
+        }
+    }
+    let names: Vec<&str> = cluster.nodes.iter().map(|n| n.name.as_str()).collect();
+    let shown = names.iter().take(6).copied().collect::<Vec<_>>().join(", ");
+    note(format_args!(
+        "weft scheduler-extender: no cluster; {} nodes from {} ({shown}{}) and {pods} pods",
+        names.len(),
+        cluster_file.display(),
+        if names.len() > 6 { ", …" } else { "" }
+    ));
+    Ok(view)
 }

@@ -10,7 +10,7 @@ use clap::Args;
 use weft_jobs::admission::AdmissionOptions;
 use weft_jobs::plugin::{BuildOptions, DEFAULT_WAIT_IMAGE};
 use weft_k8s::http::ServeOptions;
-use weft_k8s::webhook::{self, KubeJobSource, TlsFiles, WebhookState};
+use weft_k8s::webhook::{self, InMemoryJobs, JobSource, KubeJobSource, TlsFiles, WebhookState};
 
 use crate::component::{self, note};
 use crate::kube_args::{KubeArgs, OpsArgs};
@@ -35,6 +35,11 @@ pub struct WebhookArgs {
     /// How often the certificate files are checked for changes, seconds.
     #[arg(long, default_value_t = 10, value_name = "SECONDS")]
     tls_reload_interval: u64,
+    /// Serve without a cluster, to try the webhook locally: the Volcano Jobs that own the pods
+    /// reviewed are read from this file (YAML or JSON documents, as the API server stores them)
+    /// instead of the API server.
+    #[arg(long, value_name = "FILE")]
+    jobs_file: Option<PathBuf>,
     #[command(flatten)]
     kube: KubeArgs,
     #[command(flatten)]
@@ -54,8 +59,10 @@ pub fn run(a: WebhookArgs) -> anyhow::Result<()> {
     };
     let tls = Arc::new(TlsFiles::load(&a.tls_cert_file, &a.tls_key_file).context("loading the serving certificate")?);
     component::run("webhook", &a.ops, |c| async move {
-        let client = a.kube.client().await?;
-        let jobs = Arc::new(KubeJobSource::spawn(client));
+        let jobs: Arc<dyn JobSource> = match &a.jobs_file {
+            Some(file) => Arc::new(local_jobs(file)?),
+            None => Arc::new(KubeJobSource::spawn(a.kube.client().await?)),
+        };
         let state = Arc::new(WebhookState::new(jobs, opts));
         c.ops.register_metrics(|registry| {
             state.register_metrics(registry);
@@ -85,4 +92,21 @@ pub fn run(a: WebhookArgs) -> anyhow::Result<()> {
         served.context("serving the admission webhook")?;
         reloader.await.context("certificate reload task")
     })
+}
+
+/// Volcano Jobs held in memory from a file, for trying the webhook locally.
+fn local_jobs(path: &std::path::Path) -> anyhow::Result<InMemoryJobs> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(&text).with_context(|| format!("{}: not YAML or JSON", path.display()))?;
+    let jobs = InMemoryJobs::new();
+    let mut names = Vec::new();
+    for (i, doc) in docs.into_iter().enumerate() {
+        let job: weft_jobs::Job = serde_json::from_value(doc)
+            .with_context(|| format!("{}: document {} is not a Volcano Job", path.display(), i + 1))?;
+        names.push(format!("{}/{}", job.job_namespace(), job.job_name()));
+        jobs.insert(job);
+    }
+    note(format_args!("weft webhook: no cluster; Volcano Jobs from {}: {}", path.display(), names.join(", ")));
+    Ok(jobs)
 }

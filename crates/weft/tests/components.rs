@@ -110,3 +110,106 @@ fn printing_into_a_closed_pipe_ends_quietly() {
         assert_eq!(stderr, "", "{args:?}: nothing to say when the reader is gone");
     }
 }
+
+/// Starts `weft` with `args` and returns the child and the address it says it listens on
+/// (the stderr line containing `marker`, then the address).
+fn start_listening(args: &[&str], marker: &'static str) -> (Child, String) {
+    let mut child = weft().args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(stderr);
+        let mut seen = String::new();
+        loop {
+            let mut line = String::new();
+            if lines.read_line(&mut line).unwrap_or(0) == 0 {
+                let _ = tx.send(Err(seen));
+                return;
+            }
+            seen.push_str(&line);
+            if let Some(rest) = line.split(marker).nth(1) {
+                let addr = rest.split_whitespace().next().unwrap_or_default().trim_start_matches("https://");
+                let _ = tx.send(Ok(addr.to_string()));
+                // Keep draining so the child never blocks on a full pipe.
+                let _ = std::io::copy(&mut lines, &mut std::io::sink());
+                return;
+            }
+        }
+    });
+    match rx.recv_timeout(HANG_GUARD).expect("the component never said where it listens") {
+        Ok(addr) => (child, addr),
+        Err(log) => panic!("the component exited early:\n{log}"),
+    }
+}
+
+fn example(name: &str) -> String {
+    format!("{}/../../deploy/examples/local/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_extender_can_be_tried_without_a_cluster() {
+    let (child, addr) = start_listening(
+        &["scheduler-extender", "--cluster-file=default", "--listen=127.0.0.1:0", "--ops-listen=127.0.0.1:0"],
+        "scheduler-extender listening on ",
+    );
+    let body = std::fs::read(example("filter-args.json")).unwrap();
+    let http = reqwest::Client::new();
+    let post = |verb: &str| http.post(format!("http://{addr}/{verb}")).body(body.clone()).send();
+    let filtered: serde_json::Value = post("filter").await.unwrap().json().await.unwrap();
+    assert_eq!(filtered["Error"], "", "{filtered}");
+    assert_eq!(
+        filtered["NodeNames"],
+        serde_json::json!(["dgx1-v100-0", "dgx-a100-0", "pcie-8gpu-0", "a100-pcie-4gpu-0"]),
+        "every example node is in the cluster and has 4 free GPUs: {filtered}"
+    );
+    let scores: Vec<serde_json::Value> = post("prioritize").await.unwrap().json().await.unwrap();
+    let score = |host: &str| scores.iter().find(|h| h["Host"] == host).unwrap()["Score"].as_i64().unwrap();
+    assert!(score("dgx-a100-0") > score("pcie-8gpu-0"), "NVSwitch beats PCIe for 4 GPUs: {scores:?}");
+    sigterm(child.id());
+    assert!(wait_exit(child).expect("stops on SIGTERM").success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_webhook_can_be_tried_without_a_cluster() {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(DnType::CommonName, "local test CA");
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap().signed_by(&key, &ca).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert_file, key_file) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    std::fs::write(&cert_file, cert.pem()).unwrap();
+    std::fs::write(&key_file, key.serialize_pem()).unwrap();
+
+    let (child, addr) = start_listening(
+        &[
+            "webhook",
+            &format!("--jobs-file={}", example("jobs.yaml")),
+            &format!("--tls-cert-file={}", cert_file.display()),
+            &format!("--tls-key-file={}", key_file.display()),
+            "--listen=127.0.0.1:0",
+            "--ops-listen=127.0.0.1:0",
+        ],
+        "webhook listening on ",
+    );
+    let http = reqwest::Client::builder()
+        .use_rustls_tls()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.pem().as_bytes()).unwrap())
+        .build()
+        .unwrap();
+    let review = std::fs::read(example("pod-review.json")).unwrap();
+    let answer: serde_json::Value =
+        http.post(format!("https://{addr}/pods/mutate")).body(review).send().await.unwrap().json().await.unwrap();
+    let response = &answer["response"];
+    assert_eq!(response["allowed"], true, "{answer}");
+    assert_eq!(response["uid"], "9b1f0c4e-2d7a-4e3b-8c55-1a2b3c4d5e6f");
+    use base64::Engine as _;
+    let patch = base64::engine::general_purpose::STANDARD.decode(response["patch"].as_str().unwrap()).unwrap();
+    let patch = String::from_utf8(patch).unwrap();
+    assert!(patch.contains("TF_CONFIG"), "the tensorflow plugin wired the pod: {patch}");
+    sigterm(child.id());
+    assert!(wait_exit(child).expect("stops on SIGTERM").success());
+}
