@@ -2,6 +2,7 @@
 //! carries the same text, bounded in entries and bytes.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::api::core::v1::Node;
@@ -57,24 +58,27 @@ pub struct TopologyCache {
 #[derive(Debug, Default)]
 struct Inner {
     names: HashMap<String, NameEntry>,
-    texts: HashMap<Arc<str>, TextEntry>,
+    texts: HashMap<Arc<str>, Arc<Topology>>,
     bytes: usize,
     tick: u64,
     parses: u64,
 }
 
+/// What a node name resolved to at which `resourceVersion`; holds its topology directly, so an
+/// unchanged node costs one lookup by name.
 #[derive(Debug)]
 struct NameEntry {
     resource_version: Option<String>,
-    text: Arc<str>,
-    last_used: u64,
+    topology: Arc<Topology>,
 }
 
+/// One annotation text and what it parsed to, shared by every node carrying that text.
 #[derive(Debug)]
-struct TextEntry {
+struct Topology {
+    text: Arc<str>,
     value: Resolved,
     bytes: usize,
-    last_used: u64,
+    last_used: AtomicU64,
 }
 
 /// Fixed cost counted for each name entry besides its strings (map slot, `Arc`, counters).
@@ -167,52 +171,54 @@ impl Inner {
         };
         let rv = node.metadata.resource_version.as_deref();
         let tick = self.tick;
-        // The same node at the same resourceVersion: its text is the one remembered.
+        // The same node at the same resourceVersion, or with the same text: what it had.
         let mut bytes = self.bytes;
         let remembered = self.names.get_mut(name).and_then(|e| {
             let same_version = rv.is_some() && e.resource_version.as_deref() == rv;
             if !same_version {
-                if *e.text != **text {
+                if *e.topology.text != **text {
                     return None;
                 }
                 // The same text under another version: remember the version.
                 bytes = bytes - e.resource_version.as_ref().map_or(0, String::len) + rv.map_or(0, str::len);
                 e.resource_version = rv.map(str::to_string);
             }
-            e.last_used = tick;
-            Some(e.text.clone())
+            Some(e.topology.clone())
         });
         self.bytes = bytes;
-        let key = match remembered {
-            Some(key) => key,
+        let topology = match remembered {
+            Some(t) => t,
             None => {
-                let key = self
-                    .texts
-                    .get_key_value(text.as_str())
-                    .map(|(k, _)| k.clone())
-                    .unwrap_or_else(|| Arc::from(text.as_str()));
+                let topology = match self.texts.get(text.as_str()) {
+                    Some(t) => t.clone(),
+                    None => self.parse_new(name, text),
+                };
                 self.forget_name(name);
                 self.bytes += name.len() + rv.map_or(0, str::len) + NAME_OVERHEAD;
                 self.names.insert(
                     name.to_string(),
-                    NameEntry { resource_version: rv.map(str::to_string), text: key.clone(), last_used: tick },
+                    NameEntry { resource_version: rv.map(str::to_string), topology: topology.clone() },
                 );
-                key
+                topology
             }
         };
-        if let Some(e) = self.texts.get_mut(&key) {
-            e.last_used = tick;
-            return e.value.clone();
-        }
-        let value = self.parse(name, &key);
-        let bytes = key.len()
+        topology.last_used.store(tick, Ordering::Relaxed);
+        topology.value.clone()
+    }
+
+    /// Parses a text not seen before and keeps it.
+    fn parse_new(&mut self, name: &str, text: &str) -> Arc<Topology> {
+        let value = self.parse(name, text);
+        let bytes = text.len()
             + match &value {
                 Ok(p) => p.heap_bytes(),
                 Err(e) => e.len(),
             };
+        let text: Arc<str> = Arc::from(text);
+        let topology = Arc::new(Topology { text: text.clone(), value, bytes, last_used: AtomicU64::new(self.tick) });
         self.bytes += bytes;
-        self.texts.insert(key, TextEntry { value: value.clone(), bytes, last_used: tick });
-        value
+        self.texts.insert(text, topology.clone());
+        topology
     }
 
     fn forget_name(&mut self, name: &str) {
@@ -240,7 +246,8 @@ impl Inner {
         }
         let (node_goal, byte_goal) = (limits.max_nodes / 8 * 7, limits.max_bytes / 8 * 7);
         if self.names.len() > node_goal {
-            let mut by_age: Vec<(u64, String)> = self.names.iter().map(|(n, e)| (e.last_used, n.clone())).collect();
+            let mut by_age: Vec<(u64, String)> =
+                self.names.iter().map(|(n, e)| (e.topology.last_used.load(Ordering::Relaxed), n.clone())).collect();
             by_age.sort_unstable();
             let excess = self.names.len() - node_goal;
             for (_, name) in by_age.into_iter().take(excess) {
@@ -248,24 +255,28 @@ impl Inner {
             }
         }
         // Texts no name refers to any more go first, then the least recently used.
-        let referenced: std::collections::HashSet<*const u8> = self.names.values().map(|e| e.text.as_ptr()).collect();
-        let mut by_age: Vec<(bool, u64, Arc<str>)> =
-            self.texts.iter().map(|(k, e)| (referenced.contains(&k.as_ptr()), e.last_used, k.clone())).collect();
+        let referenced: std::collections::HashSet<*const Topology> =
+            self.names.values().map(|e| Arc::as_ptr(&e.topology)).collect();
+        let mut by_age: Vec<(bool, u64, Arc<str>)> = self
+            .texts
+            .iter()
+            .map(|(k, t)| (referenced.contains(&Arc::as_ptr(t)), t.last_used.load(Ordering::Relaxed), k.clone()))
+            .collect();
         by_age.sort_unstable_by_key(|a| (a.0, a.1));
         for (is_referenced, _, key) in by_age {
             if self.bytes <= byte_goal && is_referenced {
                 break;
             }
-            if let Some(e) = self.texts.remove(&key) {
-                self.bytes = self.bytes.saturating_sub(e.bytes);
+            if let Some(t) = self.texts.remove(&key) {
+                self.bytes = self.bytes.saturating_sub(t.bytes);
             }
         }
-        // Names whose text is gone are re-read on their next request; drop them to keep the
-        // name map consistent with the texts.
-        let texts = &self.texts;
+        // Names whose text is gone are read again on their next request; dropping them here lets
+        // the evicted topologies be freed.
+        let kept: std::collections::HashSet<*const Topology> = self.texts.values().map(Arc::as_ptr).collect();
         let mut freed = 0;
         self.names.retain(|name, e| {
-            let keep = texts.contains_key(&e.text);
+            let keep = kept.contains(&Arc::as_ptr(&e.topology));
             if !keep {
                 freed += name.len() + e.resource_version.as_ref().map_or(0, String::len) + NAME_OVERHEAD;
             }

@@ -179,6 +179,11 @@ pub fn milli_value(s: &str) -> Result<u64, QuantityError> {
 /// The quantity as a whole count: `2`, `2000m`, `1k`, `1Ki`, `2e0`, `1.5k`; `500m` is
 /// [`QuantityError::NotWhole`], `-1` [`QuantityError::Negative`].
 pub fn whole(s: &str) -> Result<u64, QuantityError> {
+    // Most device counts are plain digits (`1`, `8`): read those directly.
+    let t = s.trim();
+    if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+        return t.parse().map_err(|_| QuantityError::TooLarge);
+    }
     parse(s)?.exact()
 }
 

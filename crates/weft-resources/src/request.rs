@@ -108,12 +108,16 @@ fn amount(c: &Container, resource: &str) -> Result<u64, RequestError> {
 /// Number of `resource` devices `pod` needs (see the module docs). A pod without a spec needs none.
 pub fn pod_request(pod: &Pod, resource: &str) -> Result<u64, RequestError> {
     let Some(spec) = &pod.spec else { return Ok(0) };
-    let mut amounts = Vec::with_capacity(spec.containers.len() + spec.init_containers.as_ref().map_or(0, Vec::len));
-    for c in spec.init_containers.iter().flatten() {
-        amounts.push((Stage::of_init(c.restart_policy.as_deref()), amount(c, resource)?));
-    }
-    for c in &spec.containers {
-        amounts.push((Stage::App, amount(c, resource)?));
-    }
-    Ok(pod_need(amounts))
+    let init = spec.init_containers.iter().flatten().map(|c| (Stage::of_init(c.restart_policy.as_deref()), c));
+    let app = spec.containers.iter().map(|c| (Stage::App, c));
+    // The first unreadable quantity stops the count and is the answer.
+    let mut failed = None;
+    let need = pod_need(init.chain(app).map_while(|(stage, c)| match amount(c, resource) {
+        Ok(n) => Some((stage, n)),
+        Err(e) => {
+            failed = Some(e);
+            None
+        }
+    }));
+    failed.map_or(Ok(need), Err)
 }
