@@ -352,7 +352,7 @@ async fn single_numa_node_refuses_a_pod_that_cannot_fit_one_node_and_the_sandbox
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pre_v0_12_runtime_drives_the_same_admission_through_state_change() {
-    let s = setup(RuntimeOptions { nri_version: NriVersion::PreV0_12, ..RuntimeOptions::default() }).await;
+    let s = setup(RuntimeOptions { nri_version: NriVersion::V0_9, ..RuntimeOptions::default() }).await;
     let agent = s.agent(TopologyPolicy::BestEffort);
     guard(s.runtime.wait_synchronized("10-weft")).await;
     let c = guard(s.run_pod("g", "2", true, None)).await.unwrap();

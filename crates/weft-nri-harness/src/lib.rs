@@ -12,7 +12,16 @@
 //! - `CreateContainer` answers are merged with containerd's conflict rule, and a plugin may not
 //!   update the container being created;
 //! - [`NriVersion::V0_12`] calls the dedicated event RPCs first and falls back to `StateChange`
-//!   only when the plugin answers UNIMPLEMENTED; [`NriVersion::PreV0_12`] uses `StateChange`;
+//!   only when the plugin answers UNIMPLEMENTED; [`NriVersion::V0_9`] and [`NriVersion::V0_10`]
+//!   use `StateChange`;
+//! - a plugin's subscription is checked against the version's valid events (0x7FF up to v0.9,
+//!   0x3FFF from v0.10); an empty subscription means every valid event, and a plugin subscribed
+//!   to `ValidateContainerAdjustment` is called as a validator of every `CreateContainer`, whose
+//!   error fails the container;
+//! - plugin connections are read as Go ttrpc over upstream's mux reads them: a frame larger than
+//!   Go ttrpc's 4,096-byte read buffer ([`RuntimeOptions::read_buffer`]) fails the read (`ENOMEM`)
+//!   and the plugin is closed;
+//! - `UpdateContainers` applies the updates and, as containerd, does nothing with evictions;
 //! - `Synchronize` is split into `more` chunks when the message is larger than
 //!   [`RuntimeOptions::max_message_size`] (upstream gets that signal from its ttrpc client's
 //!   size check; here the size is computed before sending). The batch shrinks by the factor
@@ -44,12 +53,30 @@ use weft_nri::mux::{Mux, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
 /// The NRI protocol generation the harness plays.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NriVersion {
-    /// v0.2 … v0.11: every pod event and most container events travel in `StateChange`;
+    /// v0.2 … v0.9 (containerd 1.7 to 2.1, CRI-O up to 1.33): pod events and most container
+    /// events travel in `StateChange`; valid events are 1..=11 (mask 0x7FF);
     /// `ConfigureRequest.NRI_version` is empty.
-    PreV0_12,
-    /// v0.12: dedicated event RPCs, `StateChange` only as fallback on UNIMPLEMENTED.
+    V0_9,
+    /// v0.10, v0.11 (containerd 2.2, CRI-O 1.34, 1.35): as v0.9, plus `UpdatePodSandbox`,
+    /// `PostUpdatePodSandbox` and `ValidateContainerAdjustment` (mask 0x3FFF).
+    V0_10,
+    /// v0.12: dedicated event RPCs, `StateChange` only as fallback on UNIMPLEMENTED; sends its
+    /// NRI version in `Configure`.
     V0_12,
 }
+
+impl NriVersion {
+    /// The events a plugin may subscribe to (upstream's `ValidEvents`).
+    pub fn valid_events(self) -> EventMask {
+        match self {
+            NriVersion::V0_9 => EventMask::from_bits(0x7FF),
+            NriVersion::V0_10 | NriVersion::V0_12 => EventMask::ALL,
+        }
+    }
+}
+
+/// Go ttrpc's read buffer on each mux connection (`bufio.NewReader`'s default size).
+pub const GO_TTRPC_READ_BUFFER: usize = 4096;
 
 /// How the harness runtime behaves.
 #[derive(Clone, Debug)]
@@ -75,6 +102,9 @@ pub struct RuntimeOptions {
     pub configure_before_register_reply: bool,
     /// Log every plugin call as [`HarnessEvent::Call`] (turn off for tight loops).
     pub record_calls: bool,
+    /// Largest mux frame a plugin connection may send ([`GO_TTRPC_READ_BUFFER`]); larger ones
+    /// close the plugin, as `ENOMEM` does between upstream's mux and Go ttrpc.
+    pub read_buffer: usize,
 }
 
 impl Default for RuntimeOptions {
@@ -90,6 +120,7 @@ impl Default for RuntimeOptions {
             config: String::new(),
             configure_before_register_reply: false,
             record_calls: true,
+            read_buffer: GO_TTRPC_READ_BUFFER,
         }
     }
 }
@@ -218,6 +249,8 @@ struct PluginConn {
     nri_version: String,
     events: EventMask,
     client: api::PluginClient,
+    /// The same client, for methods weft's proto does not define (`ValidateContainerAdjustment`).
+    raw: ttrpc::r#async::Client,
     mux: Mux,
     reason: Mutex<Option<String>>,
 }
@@ -648,6 +681,7 @@ impl Inner {
                 updates.add(&mut owners, u, &p.name).map_err(RuntimeError::Merge)?;
             }
         }
+        self.validate_adjustment(&pod, ctr).await?;
         merge::apply_adjustment(ctr, &adjust);
         {
             let mut d = lock(&self.data);
@@ -655,6 +689,32 @@ impl Inner {
             apply_updates(&mut d, &updates.into_vec());
         }
         self.broadcast(Event::PostCreateContainer, &pod, Some(ctr)).await
+    }
+
+    /// Calls every plugin subscribed to `ValidateContainerAdjustment` (v0.10+) as a validator:
+    /// any error fails the container, as upstream's `validateContainerAdjustment` does. The
+    /// request body is left empty: weft's proto does not define it, and the point is the answer.
+    async fn validate_adjustment(&self, _pod: &api::PodSandbox, ctr: &api::Container) -> Result<(), RuntimeError> {
+        for p in self.active() {
+            if !p.events.contains(Event::ValidateContainerAdjustment) {
+                continue;
+            }
+            let mut req = ttrpc::Request::new();
+            req.service = "nri.pkg.api.v1alpha1.Plugin".into();
+            req.method = "ValidateContainerAdjustment".into();
+            req.timeout_nano = i64::try_from(self.opts.request_timeout.as_nanos()).unwrap_or(i64::MAX);
+            let r = match p.raw.request(req).await {
+                Ok(rpl) => match rpl.status.as_ref() {
+                    Some(st) if st.code() != Code::OK => Err(CallError::Status(st.code(), st.message.clone())),
+                    _ => Ok(()),
+                },
+                Err(e) => Err(classify(e)),
+            };
+            if let Err(e) = self.outcome(&p, "ValidateContainerAdjustment", r) {
+                return Err(RuntimeError::Merge(format!("validation of container {:?} failed: {e}", ctr.id)));
+            }
+        }
+        Ok(())
     }
 
     async fn update_container(&self, id: &str, resources: api::LinuxResources) -> Result<(), RuntimeError> {
@@ -908,16 +968,9 @@ impl api::Runtime for RuntimeService {
         let Some(inner) = self.inner.upgrade() else {
             return Err(ttrpc::Error::RpcStatus(get_status(Code::UNAVAILABLE, "runtime stopped")));
         };
-        let failed_ids = {
-            let mut d = lock(&inner.data);
-            let mut failed = apply_updates(&mut d, &req.update);
-            for ev in &req.evict {
-                if d.containers.remove(&ev.container_id).is_none() {
-                    failed.push(ev.container_id.clone());
-                }
-            }
-            failed
-        };
+        // containerd applies the updates and ignores the evictions (upstream's adaptation passes
+        // only `req.Update` on).
+        let failed_ids = apply_updates(&mut lock(&inner.data), &req.update);
         let mut rpl = api::UpdateContainersResponse::new();
         rpl.failed =
             req.update.iter().filter(|u| failed_ids.contains(&u.container_id) && !u.ignore_failure).cloned().collect();
@@ -932,7 +985,7 @@ impl api::Runtime for RuntimeService {
 }
 
 async fn setup_plugin(inner: &Arc<Inner>, stream: tokio::net::UnixStream) {
-    let mux = Mux::new(stream);
+    let mux = Mux::with_read_limit(stream, inner.opts.read_buffer);
     let (conn1, conn2) = match (mux.open(PLUGIN_SERVICE_CONN), mux.open(RUNTIME_SERVICE_CONN)) {
         (Ok(a), Ok(b)) => (a, b),
         _ => return,
@@ -956,7 +1009,8 @@ async fn setup_plugin(inner: &Arc<Inner>, stream: tokio::net::UnixStream) {
     }
     // Read only once the Runtime service is served (upstream's blocked read).
     mux.start();
-    let client = api::PluginClient::new(ttrpc::r#async::Client::new(Socket::new(conn1)));
+    let raw = ttrpc::r#async::Client::new(Socket::new(conn1));
+    let client = api::PluginClient::new(raw.clone());
 
     let drop_with = |reason: String| {
         mux.close();
@@ -991,15 +1045,19 @@ async fn setup_plugin(inner: &Arc<Inner>, stream: tokio::net::UnixStream) {
     }
     let configured = client.configure(ctx(inner.opts.request_timeout), &req).await;
     svc.configured.notify_waiters();
+    let valid = inner.opts.nri_version.valid_events();
     let events = match configured {
-        Ok(rpl) => EventMask::from_wire(rpl.events),
+        // An empty subscription is every valid event (upstream's `configure`).
+        Ok(rpl) if rpl.events == 0 => valid,
+        Ok(rpl) => EventMask::from_bits(rpl.events as u32),
         Err(e) => {
             drop_with(format!("failed to configure plugin: {}", describe(e)));
             return;
         }
     };
-    if events.unknown_bits() != 0 {
-        drop_with(format!("invalid plugin events: 0x{:x}", events.unknown_bits()));
+    let extra = events.bits() & !valid.bits();
+    if extra != 0 {
+        drop_with(format!("invalid plugin events: 0x{extra:x}"));
         return;
     }
     inner.record(HarnessEvent::Configured { plugin: name.clone(), events });
@@ -1010,6 +1068,7 @@ async fn setup_plugin(inner: &Arc<Inner>, stream: tokio::net::UnixStream) {
         nri_version: reg.nri_version,
         events,
         client,
+        raw,
         mux: mux.clone(),
         reason: Mutex::new(None),
     });

@@ -121,8 +121,11 @@ pub struct EventMask(u32);
 impl EventMask {
     /// No event.
     pub const EMPTY: EventMask = EventMask(0);
-    /// Every valid event (`ValidEvents` upstream: bits 1..LAST-1).
+    /// Every event of NRI v0.10 and later (`ValidEvents` there: bits 1..=14, 0x3FFF).
     pub const ALL: EventMask = EventMask((1 << 14) - 1);
+    /// Every event of NRI up to v0.9 (`ValidEvents` there: bits 1..=11, 0x7FF); such runtimes
+    /// drop a plugin whose subscription has any other bit.
+    pub const UP_TO_V0_9: EventMask = EventMask((1 << 11) - 1);
 
     /// The mask with these raw bits (unknown bits are kept).
     pub const fn from_bits(bits: u32) -> EventMask {
@@ -139,9 +142,20 @@ impl EventMask {
         self.0 as i32
     }
 
-    /// The mask a runtime reads from `ConfigureResponse.events`; 0 means every event.
+    /// The mask a runtime reads from `ConfigureResponse.events`; 0 means every event (so a
+    /// plugin must never send 0 unless it handles everything, validation included).
     pub const fn from_wire(events: i32) -> EventMask {
         if events == 0 { EventMask::ALL } else { EventMask(events as u32) }
+    }
+
+    /// The events in both masks.
+    pub const fn intersection(self, other: EventMask) -> EventMask {
+        EventMask(self.0 & other.0)
+    }
+
+    /// The events of `self` not in `other`.
+    pub const fn difference(self, other: EventMask) -> EventMask {
+        EventMask(self.0 & !other.0)
     }
 
     /// Whether `event` is in the mask.

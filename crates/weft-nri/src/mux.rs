@@ -1,9 +1,14 @@
 //! The NRI trunk multiplexer: both ttrpc directions over one stream.
 //!
 //! Every frame is an 8-byte header (connection id, then payload length, both big-endian u32)
-//! followed by the payload. A payload carries at most [`MAX_PAYLOAD`] bytes (a ttrpc header plus
-//! ttrpc's largest message); longer writes are split into several frames, and each frame is
-//! written under one lock, so frames of different sub-connections never interleave. There is no
+//! followed by the payload. weft writes at most [`MAX_WRITE_PAYLOAD`] (4,096) bytes per frame and
+//! splits longer writes, because the runtime's side cannot take more: Go ttrpc reads each
+//! sub-connection through a 4,096-byte `bufio.Reader`, and upstream's mux connection fails a read
+//! whose buffer is smaller than the frame with `ENOMEM` (`pkg/net/multiplex/mux.go`, `conn.Read`),
+//! after which containerd closes the plugin. weft reads frames up to [`MAX_PAYLOAD`] (a ttrpc
+//! header plus ttrpc's largest message), the most upstream's writer sends; [`Mux::with_read_limit`]
+//! reads as a Go ttrpc peer does, for the test runtime. All frames of one write go out under one
+//! lock, so frames of different sub-connections never interleave inside a frame. There is no
 //! handshake: each side opens connection ids locally ([`PLUGIN_SERVICE_CONN`] carries the
 //! `Plugin` service, [`RUNTIME_SERVICE_CONN`] the `Runtime` service). Frames for ids that are not
 //! open are dropped. End of stream or an error on the trunk closes the whole mux: every
@@ -33,8 +38,12 @@ pub const PLUGIN_SERVICE_CONN: ConnId = 1;
 pub const RUNTIME_SERVICE_CONN: ConnId = 2;
 /// Length of a frame header.
 pub const HEADER_LEN: usize = 8;
-/// Largest payload of one frame: a 10-byte ttrpc header plus ttrpc's 4 MiB message limit.
+/// Largest payload of one frame a reader accepts: a 10-byte ttrpc header plus ttrpc's 4 MiB
+/// message limit (what upstream's writer may send).
 pub const MAX_PAYLOAD: usize = 10 + (4 << 20);
+/// Largest payload weft writes in one frame: Go ttrpc's read buffer (`bufio.NewReader`'s default
+/// size), the most a Go peer can take in one read without `ENOMEM`.
+pub const MAX_WRITE_PAYLOAD: usize = 4096;
 
 /// Buffer of each sub-connection's in-memory pipe.
 const PIPE_CAPACITY: usize = 256 * 1024;
@@ -57,15 +66,15 @@ pub fn decode_header(h: &[u8; HEADER_LEN]) -> (ConnId, u32) {
     (id, len)
 }
 
-/// The frames a write of `data` on connection `id` produces, as (header, payload) pairs.
-/// An empty write produces no frame.
+/// The frames a write of `data` on connection `id` produces, as (header, payload) pairs, each
+/// payload at most [`MAX_WRITE_PAYLOAD`] bytes. An empty write produces no frame.
 pub fn frames(id: ConnId, data: &[u8]) -> impl Iterator<Item = ([u8; HEADER_LEN], &[u8])> {
-    data.chunks(MAX_PAYLOAD).map(move |c| (encode_header(id, c.len() as u32), c))
+    data.chunks(MAX_WRITE_PAYLOAD).map(move |c| (encode_header(id, c.len() as u32), c))
 }
 
 /// The bytes a write of `data` on connection `id` puts on the trunk.
 pub fn encode_frames(id: ConnId, data: &[u8]) -> Vec<u8> {
-    let n = data.len().div_ceil(MAX_PAYLOAD);
+    let n = data.len().div_ceil(MAX_WRITE_PAYLOAD);
     let mut out = Vec::with_capacity(data.len() + n * HEADER_LEN);
     for (h, p) in frames(id, data) {
         out.extend_from_slice(&h);
@@ -82,8 +91,11 @@ struct Inner {
     writer: tokio::sync::Mutex<TrunkWriter>,
     reader: Mutex<Option<TrunkReader>>,
     conns: Mutex<HashMap<ConnId, ConnWriter>>,
+    /// Bytes each sub-connection has put on the trunk so far.
+    forwarded: Mutex<HashMap<ConnId, tokio::sync::watch::Sender<u64>>>,
     closed: CancellationToken,
     reason: Mutex<Option<String>>,
+    read_limit: usize,
 }
 
 /// A multiplexer over one trunk stream. Cloning shares it.
@@ -109,14 +121,25 @@ impl Mux {
     where
         T: AsyncRead + AsyncWrite + Send + 'static,
     {
+        Mux::with_read_limit(trunk, MAX_PAYLOAD)
+    }
+
+    /// A mux that closes when a frame larger than `read_limit` arrives, as a Go ttrpc peer over
+    /// upstream's mux does (its 4,096-byte read buffer: `ENOMEM`, then the connection is closed).
+    pub fn with_read_limit<T>(trunk: T, read_limit: usize) -> Mux
+    where
+        T: AsyncRead + AsyncWrite + Send + 'static,
+    {
         let (r, w) = tokio::io::split(trunk);
         Mux {
             inner: Arc::new(Inner {
                 writer: tokio::sync::Mutex::new(Box::pin(w)),
                 reader: Mutex::new(Some(Box::pin(r))),
                 conns: Mutex::new(HashMap::new()),
+                forwarded: Mutex::new(HashMap::new()),
                 closed: CancellationToken::new(),
                 reason: Mutex::new(None),
+                read_limit: read_limit.min(MAX_PAYLOAD),
             }),
         }
     }
@@ -141,6 +164,7 @@ impl Mux {
             }
             conns.insert(id, Arc::new(tokio::sync::Mutex::new(our_write)));
         }
+        lock(&self.inner.forwarded).insert(id, tokio::sync::watch::Sender::new(0));
         rt.spawn(self.clone().pump_out(id, our_read));
         Ok(user)
     }
@@ -188,6 +212,13 @@ impl Mux {
         }
     }
 
+    /// Watches how many bytes sub-connection `id` has put on the trunk (`None` if it was never
+    /// opened). What was written into the sub-connection before the count reached `n` is on the
+    /// trunk, in order, ahead of anything any sub-connection writes afterwards.
+    pub fn forwarded(&self, id: ConnId) -> Option<tokio::sync::watch::Receiver<u64>> {
+        lock(&self.inner.forwarded).get(&id).map(tokio::sync::watch::Sender::subscribe)
+    }
+
     /// Whether the mux is closed.
     pub fn is_closed(&self) -> bool {
         self.inner.closed.is_cancelled()
@@ -203,25 +234,26 @@ impl Mux {
         self.inner.closed.cancelled().await
     }
 
-    /// Writes `data` on connection `id`, split into frames of at most [`MAX_PAYLOAD`] bytes,
-    /// each written under the trunk lock.
+    /// Writes `data` on connection `id`, split into frames of at most [`MAX_WRITE_PAYLOAD`]
+    /// bytes, all written under the trunk lock at once.
     pub async fn write(&self, id: ConnId, data: &[u8]) -> io::Result<()> {
-        for (h, p) in frames(id, data) {
-            if self.is_closed() {
-                return Err(io::Error::new(io::ErrorKind::BrokenPipe, "mux is closed"));
-            }
-            let mut w = self.inner.writer.lock().await;
-            let res = async {
-                w.write_all(&h).await?;
-                w.write_all(p).await?;
-                w.flush().await
-            }
-            .await;
-            drop(w);
-            if let Err(e) = res {
-                self.close_with(&format!("trunk write failed: {e}"));
-                return Err(e);
-            }
+        if data.is_empty() {
+            return Ok(());
+        }
+        if self.is_closed() {
+            return Err(io::Error::new(io::ErrorKind::BrokenPipe, "mux is closed"));
+        }
+        let bytes = encode_frames(id, data);
+        let mut w = self.inner.writer.lock().await;
+        let res = async {
+            w.write_all(&bytes).await?;
+            w.flush().await
+        }
+        .await;
+        drop(w);
+        if let Err(e) = res {
+            self.close_with(&format!("trunk write failed: {e}"));
+            return Err(e);
         }
         Ok(())
     }
@@ -239,6 +271,9 @@ impl Mux {
                 Ok(n) => {
                     if self.write(id, &buf[..n]).await.is_err() {
                         return;
+                    }
+                    if let Some(f) = lock(&self.inner.forwarded).get(&id) {
+                        f.send_modify(|total| *total += n as u64);
                     }
                 }
             }
@@ -268,8 +303,16 @@ impl Mux {
             }
             let (id, len) = decode_header(&header);
             let len = len as usize;
-            if len > MAX_PAYLOAD {
-                return format!("frame for connection {id} too large ({len} > {MAX_PAYLOAD} bytes)");
+            let limit = self.inner.read_limit;
+            if len > limit {
+                return if limit < MAX_PAYLOAD {
+                    format!(
+                        "frame for connection {id} too large for the reader's {limit}-byte buffer ({len} bytes; \
+                         ENOMEM in Go ttrpc over upstream's mux)"
+                    )
+                } else {
+                    format!("frame for connection {id} too large ({len} > {MAX_PAYLOAD} bytes)")
+                };
             }
             let mut payload = vec![0u8; len];
             if let Err(e) = reader.read_exact(&mut payload).await {

@@ -59,6 +59,48 @@ pub struct RuntimeInfo {
     pub config: String,
 }
 
+/// The events `runtime` accepts in a subscription (upstream's `ValidEvents` of its NRI version):
+/// a runtime that sends its NRI version (v0.12+) accepts every event, and so do containerd 2.2+
+/// and CRI-O 1.34+ (NRI v0.10); any other runtime, or one whose version cannot be read, is taken
+/// to vendor NRI v0.9 or older and gets at most [`EventMask::UP_TO_V0_9`], which every NRI
+/// runtime accepts.
+pub fn accepted_events(runtime: &RuntimeInfo) -> EventMask {
+    let at_least = |version: &str, want: (u64, u64)| major_minor(version).is_some_and(|v| v >= want);
+    let v0_10 = match &runtime.nri_version {
+        Some(v) => at_least(v, (0, 10)),
+        None => match runtime.name.to_ascii_lowercase().as_str() {
+            "containerd" => at_least(&runtime.version, (2, 2)),
+            "cri-o" | "crio" => at_least(&runtime.version, (1, 34)),
+            _ => false,
+        },
+    };
+    if v0_10 { EventMask::ALL } else { EventMask::UP_TO_V0_9 }
+}
+
+/// `(major, minor)` of a version such as `v2.2.0`, `1.34.1` or `2.2.0-rc.1`. Hand-written: a
+/// runtime's version string is not always semver (`v` prefixes, build suffixes), and only these
+/// two numbers matter here.
+fn major_minor(version: &str) -> Option<(u64, u64)> {
+    let mut parts = version.trim().trim_start_matches('v').split(['.', '-', '+']);
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+/// The subscription to send: what `wanted` asks that this plugin runtime dispatches and the
+/// runtime accepts, or why there is none.
+pub fn subscription(wanted: EventMask, runtime: &RuntimeInfo) -> Result<EventMask, HandlerError> {
+    let accepted = accepted_events(runtime);
+    let sent = wanted.intersection(DISPATCHED).intersection(accepted);
+    if sent.is_empty() {
+        return Err(HandlerError::new(format!(
+            "nothing to subscribe to: the plugin handles {wanted}, runtime {} {} accepts {accepted}",
+            runtime.name, runtime.version
+        )));
+    }
+    Ok(sent)
+}
+
 impl RuntimeInfo {
     /// Reads a `ConfigureRequest`, applying the defaults for absent (0) timeouts.
     pub fn from_request(req: &api::ConfigureRequest) -> RuntimeInfo {
@@ -116,12 +158,17 @@ pub struct ContainerCreation {
     pub evict: Vec<api::ContainerEviction>,
 }
 
+/// Events this plugin runtime dispatches to a [`Handler`]: all but `ValidateContainerAdjustment`
+/// (a runtime treats a plugin subscribed to it as a validator of every container's adjustments).
+pub const DISPATCHED: EventMask = EventMask::ALL.difference(EventMask::from_bits(1 << 13));
+
 /// What a plugin does. Every event method defaults to success with no changes; the runtime only
-/// sends the events in [`Handler::events`].
+/// sends the events in the subscription (see [`Handler::events`]).
 #[async_trait]
 pub trait Handler: Send + Sync + 'static {
-    /// The subscription sent in `ConfigureResponse` (an empty mask means every event to the
-    /// runtime).
+    /// The events the handler wants. The subscription sent in `ConfigureResponse` is this, less
+    /// what the plugin runtime does not dispatch ([`DISPATCHED`]) and what the runtime does not
+    /// accept ([`accepted_events`]); never the empty mask, which a runtime reads as every event.
     fn events(&self) -> EventMask;
 
     /// The runtime configured us (once per session, before `synchronize`).
@@ -622,6 +669,9 @@ async fn run_session(
     };
     mux.start();
     let client = api::RuntimeClient::new(ttrpc::r#async::Client::new(Socket::new(conn2)));
+    let written = watch::Sender::new(Written::default());
+    let conn1 =
+        Outbound { inner: conn1, progress: written.clone(), header: [0; TTRPC_HEADER_LEN], have: 0, body_left: 0 };
     let state = Arc::new(Session {
         handler,
         subscription: Mutex::new(EventMask::EMPTY),
@@ -632,6 +682,8 @@ async fn run_session(
         handle: handle.clone(),
         client: client.clone(),
         session,
+        mux: mux.clone(),
+        written: written.subscribe(),
     });
     let service = api::create_plugin(Arc::new(PluginService { s: state.clone() }));
     let listener = Listener::new(futures::stream::once(async move { Ok::<_, std::io::Error>(conn1) }));
@@ -689,9 +741,35 @@ struct Session {
     handle: RuntimeHandle,
     client: api::RuntimeClient,
     session: u64,
+    mux: Mux,
+    /// What the ttrpc server has written on connection 1 (replies to the runtime).
+    written: watch::Receiver<Written>,
 }
 
 impl Session {
+    /// Marks the session connected once the reply being returned now is on the trunk: the
+    /// runtime must read the `Synchronize` reply before any `UpdateContainers` the plugin sends
+    /// (its synchronization is not over until then). `replies_before` is the count of replies
+    /// written before this one; the runtime sends nothing else while it waits for it.
+    fn connect_after_reply(&self, replies_before: u64, runtime: RuntimeInfo) {
+        let (mut written, mux, handle) = (self.written.clone(), self.mux.clone(), self.handle.clone());
+        let (session, client) = (self.session, self.client.clone());
+        let Some(mut forwarded) = mux.forwarded(PLUGIN_SERVICE_CONN) else { return };
+        tokio::spawn(async move {
+            let on_the_wire = async {
+                let end = written.wait_for(|w| w.messages > replies_before).await.ok()?.last_end;
+                forwarded.wait_for(|n| *n >= end).await.ok()?;
+                Some(())
+            };
+            tokio::select! {
+                done = on_the_wire => if done.is_some() {
+                    handle.set_connected(session, client, runtime);
+                },
+                _ = mux.closed() => {}
+            }
+        });
+    }
+
     fn subscribed(&self, e: Event) -> bool {
         lock(&self.subscription).contains(e)
     }
@@ -753,9 +831,18 @@ impl api::Plugin for PluginService {
             "NRI runtime configures us"
         );
         self.s.handler.configure(&info).await.map_err(|e| status(Code::UNKNOWN, e.message))?;
-        let events = self.s.handler.events();
-        // The runtime reads an empty mask as every event; so do we.
-        *lock(&self.s.subscription) = EventMask::from_wire(events.to_wire());
+        let wanted = self.s.handler.events();
+        let events = subscription(wanted, &info).map_err(|e| {
+            tracing::error!(error = %e, "NRI subscription");
+            status(Code::UNKNOWN, e.message)
+        })?;
+        if events != wanted {
+            tracing::info!(
+                wanted = %wanted, subscribed = %events, left_out = %wanted.difference(events),
+                "NRI subscription narrowed to what weft dispatches and the runtime accepts"
+            );
+        }
+        *lock(&self.s.subscription) = events;
         *lock(&self.s.runtime) = Some(info);
         let mut rpl = api::ConfigureResponse::new();
         rpl.events = events.to_wire();
@@ -780,13 +867,14 @@ impl api::Plugin for PluginService {
             std::mem::take(&mut *chunks)
         };
         tracing::info!(pods = pods.len(), containers = containers.len(), "NRI synchronize");
+        let replies_before = self.s.written.borrow().messages;
         let update = self.s.handler.synchronize(pods, containers).await.map_err(|e| {
             tracing::warn!(error = %e, "NRI synchronize handler failed");
             status(Code::UNKNOWN, e.message)
         })?;
         let info = lock(&self.s.runtime).clone().unwrap_or_else(|| RuntimeInfo::from_request(&Default::default()));
         *lock(&self.s.synchronized) = true;
-        self.s.handle.set_connected(self.s.session, self.s.client.clone(), info);
+        self.s.connect_after_reply(replies_before, info);
         let mut rpl = api::SynchronizeResponse::new();
         rpl.update = update;
         Ok(rpl)
@@ -965,5 +1053,157 @@ impl api::Plugin for PluginService {
         let (pod, ctr) = (req.pod.unwrap_or_default(), req.container.into_option());
         self.s.dedicated(Event::RemoveContainer, pod, ctr).await?;
         Ok(Default::default())
+    }
+}
+
+/// Length of a ttrpc frame header: payload length (u32), stream id (u32), type, flags.
+const TTRPC_HEADER_LEN: usize = 10;
+
+/// Progress of the replies written on connection 1.
+#[derive(Clone, Copy, Debug, Default)]
+struct Written {
+    /// Bytes written.
+    bytes: u64,
+    /// ttrpc messages written whole.
+    messages: u64,
+    /// Byte count at the end of the last whole message.
+    last_end: u64,
+}
+
+/// Connection 1 as the ttrpc server writes to it: passes everything through, counting bytes and,
+/// from the ttrpc frame headers, the messages written whole.
+struct Outbound<S> {
+    inner: S,
+    progress: watch::Sender<Written>,
+    header: [u8; TTRPC_HEADER_LEN],
+    have: usize,
+    body_left: u64,
+}
+
+impl<S> Outbound<S> {
+    fn feed(&mut self, data: &[u8]) {
+        let (header, have, body_left) = (&mut self.header, &mut self.have, &mut self.body_left);
+        self.progress.send_modify(|w| {
+            let mut i = 0;
+            while i < data.len() {
+                if *have < TTRPC_HEADER_LEN {
+                    let take = (TTRPC_HEADER_LEN - *have).min(data.len() - i);
+                    header[*have..*have + take].copy_from_slice(&data[i..i + take]);
+                    *have += take;
+                    i += take;
+                    if *have < TTRPC_HEADER_LEN {
+                        continue;
+                    }
+                    *body_left = u64::from(u32::from_be_bytes([header[0], header[1], header[2], header[3]]));
+                } else {
+                    let take = usize::try_from(*body_left).unwrap_or(usize::MAX).min(data.len() - i);
+                    *body_left -= take as u64;
+                    i += take;
+                }
+                if *body_left == 0 {
+                    w.messages += 1;
+                    w.last_end = w.bytes + i as u64;
+                    *have = 0;
+                }
+            }
+            w.bytes += data.len() as u64;
+        });
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Outbound<S> {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Outbound<S> {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let r = std::pin::Pin::new(&mut this.inner).poll_write(cx, buf);
+        if let std::task::Poll::Ready(Ok(n)) = &r {
+            this.feed(&buf[..*n]);
+        }
+        r
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(body_len: usize) -> Vec<u8> {
+        let mut f = (body_len as u32).to_be_bytes().to_vec();
+        f.extend_from_slice(&[0, 0, 0, 3, 2, 0]);
+        f.extend(std::iter::repeat_n(9u8, body_len));
+        f
+    }
+
+    #[test]
+    fn outbound_counts_whole_messages_however_the_bytes_are_cut() {
+        let stream: Vec<u8> = [frame(5), frame(0), frame(5000)].concat();
+        for cut in [1, 3, 10, 11, 4096, stream.len()] {
+            let (tx, rx) = watch::channel(Written::default());
+            let mut out = Outbound { inner: (), progress: tx, header: [0; TTRPC_HEADER_LEN], have: 0, body_left: 0 };
+            let mut ends = Vec::new();
+            for chunk in stream.chunks(cut) {
+                let before = rx.borrow().messages;
+                out.feed(chunk);
+                if rx.borrow().messages > before {
+                    ends.push(rx.borrow().last_end);
+                }
+            }
+            let w = *rx.borrow();
+            assert_eq!((w.messages, w.bytes), (3, stream.len() as u64), "cut {cut}");
+            assert_eq!(w.last_end, stream.len() as u64, "cut {cut}");
+            assert!(ends.contains(&15) || cut > 15, "cut {cut}: {ends:?}");
+        }
+    }
+
+    #[test]
+    fn accepted_events_follow_the_runtimes_nri_version() {
+        let rt = |name: &str, version: &str, nri: Option<&str>| RuntimeInfo {
+            name: name.into(),
+            version: version.into(),
+            nri_version: nri.map(str::to_string),
+            registration_timeout: DEFAULT_REGISTRATION_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            config: String::new(),
+        };
+        assert_eq!(accepted_events(&rt("x", "1", Some("v0.12.0"))), EventMask::ALL);
+        assert_eq!(accepted_events(&rt("x", "1", Some("v0.9.0"))), EventMask::UP_TO_V0_9);
+        assert_eq!(accepted_events(&rt("containerd", "v2.2.0", None)), EventMask::ALL);
+        assert_eq!(accepted_events(&rt("containerd", "2.1.4", None)), EventMask::UP_TO_V0_9);
+        assert_eq!(accepted_events(&rt("containerd", "1.7.27", None)), EventMask::UP_TO_V0_9);
+        assert_eq!(accepted_events(&rt("cri-o", "1.34.1", None)), EventMask::ALL);
+        assert_eq!(accepted_events(&rt("cri-o", "1.33.0", None)), EventMask::UP_TO_V0_9);
+        assert_eq!(accepted_events(&rt("containerd", "unknown", None)), EventMask::UP_TO_V0_9);
+        assert_eq!(accepted_events(&rt("podman", "5.0", None)), EventMask::UP_TO_V0_9);
+        assert!(!DISPATCHED.contains(Event::ValidateContainerAdjustment));
+        assert_eq!(DISPATCHED.bits(), 0x1FFF);
+        let e = subscription(EventMask::EMPTY, &rt("x", "1", Some("v0.12.0"))).unwrap_err();
+        assert!(e.to_string().contains("nothing to subscribe"), "{e}");
     }
 }

@@ -7,7 +7,7 @@ use protobuf::{Message, MessageField};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use weft_nri::api;
 use weft_nri::event::{Event, EventMask};
-use weft_nri::mux::{self, MAX_PAYLOAD, Mux};
+use weft_nri::mux::{self, MAX_PAYLOAD, MAX_WRITE_PAYLOAD, Mux};
 
 fn enc<M: Message>(m: &M) -> Vec<u8> {
     m.write_to_bytes().unwrap()
@@ -449,19 +449,22 @@ impl CheckedEnum for api::Event {
 
 #[test]
 fn mux_frame_encoding_and_splitting() {
+    // Readers take frames up to a ttrpc header plus ttrpc's 4 MiB; weft writes at most 4,096
+    // bytes per frame, Go ttrpc's read buffer (a larger frame is ENOMEM in upstream's mux).
     assert_eq!(MAX_PAYLOAD, 4 * 1024 * 1024 + 10);
+    assert_eq!(MAX_WRITE_PAYLOAD, 4096);
     assert_eq!(mux::encode_frames(2, b"hello"), vec![0, 0, 0, 2, 0, 0, 0, 5, b'h', b'e', b'l', b'l', b'o']);
     assert_eq!(mux::decode_header(&[0, 0, 0, 1, 0, 0, 1, 0]), (1, 256));
     assert!(mux::encode_frames(1, b"").is_empty());
 
-    let data: Vec<u8> = (0..MAX_PAYLOAD + 5).map(|i| i as u8).collect();
+    let data: Vec<u8> = (0..2 * 4096 + 5).map(|i| i as u8).collect();
     let out = mux::encode_frames(1, &data);
-    assert_eq!(out.len(), data.len() + 16);
-    assert_eq!(&out[..8], &[0, 0, 0, 1, 0x00, 0x40, 0x00, 0x0a]);
-    let second = 8 + MAX_PAYLOAD;
-    assert_eq!(&out[second..second + 8], &[0, 0, 0, 1, 0, 0, 0, 5]);
-    assert_eq!(&out[8..second], &data[..MAX_PAYLOAD]);
-    assert_eq!(&out[second + 8..], &data[MAX_PAYLOAD..]);
+    assert_eq!(out.len(), data.len() + 3 * 8);
+    assert_eq!(&out[..8], &[0, 0, 0, 1, 0, 0, 0x10, 0x00], "4,096 bytes");
+    assert_eq!(&out[8..8 + 4096], &data[..4096]);
+    assert_eq!(&out[4104..4112], &[0, 0, 0, 1, 0, 0, 0x10, 0x00]);
+    assert_eq!(&out[8208..8216], &[0, 0, 0, 1, 0, 0, 0, 5]);
+    assert_eq!(&out[8216..], &data[8192..]);
 }
 
 /// Reads frames from a raw trunk end until `total` payload bytes for `id` arrived.
@@ -472,7 +475,7 @@ async fn read_frames(raw: &mut tokio::io::DuplexStream, total: usize) -> Vec<(u3
         let mut h = [0u8; 8];
         raw.read_exact(&mut h).await.unwrap();
         let (id, len) = mux::decode_header(&h);
-        assert!(len as usize <= MAX_PAYLOAD);
+        assert!(len as usize <= MAX_WRITE_PAYLOAD, "a {len}-byte frame: Go ttrpc reads 4,096 at most");
         let mut p = vec![0u8; len as usize];
         raw.read_exact(&mut p).await.unwrap();
         got += p.len();
@@ -494,8 +497,8 @@ async fn mux_write_splits_long_writes() {
     };
     let frames = read_frames(&mut raw, data.len()).await;
     writer.await.unwrap();
-    assert_eq!(frames.len(), 2);
-    assert_eq!(frames[0].1.len(), MAX_PAYLOAD);
+    assert_eq!(frames.len(), data.len().div_ceil(4096));
+    assert!(frames[..frames.len() - 1].iter().all(|(_, p)| p.len() == 4096));
     assert!(frames.iter().all(|(id, _)| *id == 2));
     assert_eq!(frames.into_iter().flat_map(|(_, p)| p).collect::<Vec<_>>(), data);
 }
@@ -538,6 +541,23 @@ async fn mux_sub_connections_round_trip_and_drop_unknown_ids() {
     m.closed().await;
     assert!(m.is_closed());
     assert!(m.open(3).is_err());
+}
+
+#[tokio::test]
+async fn a_mux_reading_as_go_ttrpc_closes_on_a_frame_over_its_buffer() {
+    let (trunk, mut raw) = tokio::io::duplex(1 << 16);
+    let m = Mux::with_read_limit(trunk, 4096);
+    let mut c1 = m.open(1).unwrap();
+    m.start();
+    let full: Vec<u8> = vec![7; 4096];
+    raw.write_all(&mux::encode_frames(1, &full)).await.unwrap();
+    let mut got = vec![0u8; 4096];
+    c1.read_exact(&mut got).await.unwrap();
+    assert_eq!(got, full, "a 4,096-byte frame is read");
+    raw.write_all(&mux::encode_header(1, 4097)).await.unwrap();
+    raw.write_all(&[0u8; 4097]).await.unwrap();
+    m.closed().await;
+    assert!(m.close_reason().unwrap().contains("ENOMEM"), "{:?}", m.close_reason());
 }
 
 #[tokio::test]

@@ -337,7 +337,7 @@ async fn registers_configures_and_synchronizes() {
 
 #[tokio::test]
 async fn old_runtime_defaults_and_state_change_only() {
-    let opts = RuntimeOptions { nri_version: NriVersion::PreV0_12, send_timeouts: false, ..Default::default() };
+    let opts = RuntimeOptions { nri_version: NriVersion::V0_9, send_timeouts: false, ..Default::default() };
     let (_d, path, rt) = harness(opts).await;
     let h = Arc::new(Rec::new(all_events()));
     let p = start_plugin(&path, "test", "10", false, h.clone());
@@ -782,4 +782,256 @@ async fn dropping_the_plugin_future_closes_the_connection() {
     let reason = guard(rt.wait_dropped("10-test", from)).await;
     assert!(!reason.is_empty());
     assert!(rt.plugins().is_empty(), "{:?}", rt.plugins());
+}
+
+// ----- what upstream's runtime side requires (issue 12) -----
+
+/// A handler whose `Synchronize` answers with an update for every container it is told about,
+/// and that subscribes to `events`.
+struct SyncUpdates {
+    events: EventMask,
+}
+
+#[async_trait]
+impl Handler for SyncUpdates {
+    fn events(&self) -> EventMask {
+        self.events
+    }
+
+    async fn synchronize(
+        &self,
+        _pods: Vec<api::PodSandbox>,
+        containers: Vec<api::Container>,
+    ) -> Result<Vec<api::ContainerUpdate>, HandlerError> {
+        Ok(containers.iter().map(|c| update_cpus(&c.id, "0-3,8-11,16-19,24-27")).collect())
+    }
+}
+
+/// A runtime with `n` containers in one pod, none adjusted yet.
+async fn harness_with_containers(opts: RuntimeOptions, n: usize) -> (tempfile::TempDir, PathBuf, Runtime) {
+    let (d, path, rt) = harness(opts).await;
+    rt.run_pod_sandbox(pod("p1")).await.unwrap();
+    for i in 0..n {
+        rt.create_container("p1", ctr(&format!("c{i:03}"))).await.unwrap();
+    }
+    (d, path, rt)
+}
+
+#[tokio::test]
+async fn replies_and_updates_larger_than_go_ttrpcs_read_buffer_keep_the_plugin_connected() {
+    // The runtime side reads as Go ttrpc over upstream's mux: any frame over 4,096 bytes is
+    // ENOMEM and the plugin is closed. 400 containers make a Synchronize reply and an
+    // UpdateContainers request of several times that.
+    let updates: Vec<_> = (0..400).map(|i| update_cpus(&format!("c{i:03}"), "4-7,12-15,20-23,28-31")).collect();
+    let mut request = api::UpdateContainersRequest::new();
+    request.update = updates.clone();
+    assert!(protobuf::Message::write_to_bytes(&request).unwrap().len() > 2 * 4096, "large enough to matter");
+    let (_d, path, rt) = harness_with_containers(RuntimeOptions::default(), 400).await;
+    let p = start_plugin(&path, "big", "10", false, Arc::new(SyncUpdates { events: Event::CreateContainer.into() }));
+    wait_connected(&p.handle, 1).await;
+    guard(rt.wait_synchronized("10-big")).await;
+    assert_eq!(cpus_of(&rt.container("c399").unwrap()), "0-3,8-11,16-19,24-27", "the reply's updates were applied");
+    let failed = guard(p.handle.update_containers(updates, vec![])).await.unwrap();
+    assert!(failed.is_empty(), "{failed:?}");
+    assert_eq!(cpus_of(&rt.container("c042").unwrap()), "4-7,12-15,20-23,28-31");
+    let dropped: Vec<_> = rt.events().into_iter().filter(|e| matches!(e, HarnessEvent::Dropped { .. })).collect();
+    assert!(dropped.is_empty(), "{dropped:?}");
+    assert_eq!(rt.plugins().len(), 1);
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn the_harness_drops_a_plugin_that_sends_frames_go_ttrpc_cannot_read() {
+    // The same rule, seen from the other side: a runtime reading with a smaller buffer than the
+    // frames weft writes (4,096) closes it, as upstream does. weft's own frames never exceed it.
+    let opts = RuntimeOptions { read_buffer: 1024, ..RuntimeOptions::default() };
+    let (_d, path, rt) = harness_with_containers(opts, 150).await;
+    let from = rt.event_count();
+    let p = start_plugin(&path, "big", "10", false, Arc::new(SyncUpdates { events: Event::CreateContainer.into() }));
+    let reason = guard(rt.wait_dropped("10-big", from)).await;
+    assert!(reason.contains("ENOMEM") || reason.contains("connection"), "{reason}");
+    p.stop.cancel();
+}
+
+/// A harness playing `name` `version` at NRI `nri`.
+fn runtime_as(name: &str, version: &str, nri: NriVersion) -> RuntimeOptions {
+    RuntimeOptions { name: name.into(), version: version.into(), nri_version: nri, ..RuntimeOptions::default() }
+}
+
+#[tokio::test]
+async fn weft_subscribes_only_to_what_it_dispatches_and_the_runtime_accepts() {
+    let pod_update = Event::UpdatePodSandbox | Event::PostUpdatePodSandbox;
+    for (opts, want) in [
+        // NRI v0.9 runtimes drop a plugin with any bit beyond 0x7FF.
+        (runtime_as("containerd", "v1.7.24", NriVersion::V0_9), EventMask::UP_TO_V0_9),
+        (runtime_as("cri-o", "1.33.2", NriVersion::V0_9), EventMask::UP_TO_V0_9),
+        // containerd 2.2 and CRI-O 1.34 vendor v0.10; v0.12 says so itself.
+        (runtime_as("containerd", "2.2.0", NriVersion::V0_10), plugin::DISPATCHED),
+        (runtime_as("cri-o", "1.34.0", NriVersion::V0_10), plugin::DISPATCHED),
+        (runtime_as("anything", "9.9", NriVersion::V0_12), plugin::DISPATCHED),
+    ] {
+        let label = format!("{} {}", opts.name, opts.version);
+        let (_d, path, rt) = harness_with_containers(opts, 0).await;
+        // The handler asks for everything, validation included.
+        let p = start_plugin(&path, "all", "10", false, Arc::new(Rec::new(EventMask::ALL)));
+        guard(rt.wait_synchronized("10-all")).await;
+        let info = rt.plugins().into_iter().find(|i| i.name == "10-all").unwrap();
+        assert_eq!(info.events, want, "{label}");
+        assert!(!info.events.contains(Event::ValidateContainerAdjustment), "{label}: weft validates nothing");
+        assert_eq!(info.events.contains(Event::UpdatePodSandbox), want.contains(Event::UpdatePodSandbox));
+        // Not a validator: creating a container works.
+        rt.run_pod_sandbox(pod("p2")).await.unwrap();
+        guard(rt.create_container("p2", ctr("c1"))).await.unwrap_or_else(|e| panic!("{label}: {e}"));
+        p.stop().await;
+    }
+    // A handler that wants only what an old runtime cannot send is refused at Configure, by name.
+    let (_d, path, rt) = harness_with_containers(runtime_as("containerd", "1.7.24", NriVersion::V0_9), 0).await;
+    let from = rt.event_count();
+    let p = start_plugin(&path, "pods", "10", false, Arc::new(Rec::new(pod_update)));
+    let reason = guard(rt.wait_dropped("10-pods", from)).await;
+    assert!(reason.contains("nothing to subscribe"), "{reason}");
+    p.stop.cancel();
+}
+
+#[tokio::test]
+async fn the_runtime_does_not_act_on_evictions() {
+    let (_d, path, rt) = harness_with_containers(RuntimeOptions::default(), 2).await;
+    let p = start_plugin(&path, "ev", "10", false, Arc::new(Rec::new(Event::CreateContainer.into())));
+    wait_connected(&p.handle, 1).await;
+    let mut ev = api::ContainerEviction::new();
+    ev.container_id = "c000".into();
+    ev.reason = "test".into();
+    let failed = guard(p.handle.update_containers(vec![update_cpus("c001", "1")], vec![ev])).await.unwrap();
+    assert!(failed.is_empty());
+    assert!(rt.container("c000").is_some(), "containerd ignores evictions");
+    assert_eq!(cpus_of(&rt.container("c001").unwrap()), "1", "the updates are applied");
+    assert_eq!(rt.unsolicited_updates()[0].2.len(), 1, "the eviction was received");
+    p.stop().await;
+}
+
+/// One ttrpc message seen on the trunk: connection, stream id, type (1 request, 2 response), and
+/// the positions (in trunk frames) of its first and last frame.
+#[derive(Debug, Clone, Copy)]
+struct WireMessage {
+    conn: u32,
+    stream: u32,
+    kind: u8,
+    first_frame: usize,
+    last_frame: usize,
+}
+
+/// Splits the plugin→runtime frames, in trunk order, into the ttrpc messages they carry.
+fn wire_messages(frames: &[(u32, Vec<u8>)]) -> Vec<WireMessage> {
+    let mut out = Vec::new();
+    let mut partial: std::collections::HashMap<u32, (Vec<u8>, usize)> = std::collections::HashMap::new();
+    for (i, (conn, payload)) in frames.iter().enumerate() {
+        let (buf, first) = partial.entry(*conn).or_insert_with(|| (Vec::new(), i));
+        if buf.is_empty() {
+            *first = i;
+        }
+        buf.extend_from_slice(payload);
+        while buf.len() >= 10 {
+            let len = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+            if buf.len() < 10 + len {
+                break;
+            }
+            let stream = u32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]);
+            out.push(WireMessage { conn: *conn, stream, kind: buf[8], first_frame: *first, last_frame: i });
+            buf.drain(..10 + len);
+            *first = i;
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_synchronize_reply_is_on_the_wire_before_the_first_update_containers() {
+    use protobuf::Message;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use ttrpc::r#async::transport::{Listener, Socket};
+    use weft_nri::mux::{self, Mux};
+
+    struct Runtime2;
+    #[async_trait]
+    impl api::Runtime for Runtime2 {
+        async fn register_plugin(
+            &self,
+            _: &ttrpc::r#async::TtrpcContext,
+            _: api::RegisterPluginRequest,
+        ) -> ttrpc::Result<api::Empty> {
+            Ok(api::Empty::new())
+        }
+        async fn update_containers(
+            &self,
+            _: &ttrpc::r#async::TtrpcContext,
+            _: api::UpdateContainersRequest,
+        ) -> ttrpc::Result<api::UpdateContainersResponse> {
+            Ok(api::UpdateContainersResponse::new())
+        }
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("order.sock");
+    let listener = tokio::net::UnixListener::bind(&path).unwrap();
+    let p = start_plugin(&path, "order", "10", false, Arc::new(SyncUpdates { events: Event::CreateContainer.into() }));
+    // As soon as the session counts as connected, the plugin sends an update (as weft's
+    // reconcile loop may).
+    let handle = p.handle.clone();
+    let sent = tokio::spawn(async move {
+        wait_connected(&handle, 1).await;
+        handle.update_containers(vec![update_cpus("c000", "1")], vec![]).await
+    });
+    let (stream, _) = guard(listener.accept()).await.unwrap();
+    let (mut from_plugin, mut to_plugin) = stream.into_split();
+    // Between the plugin and the runtime's mux: record the plugin's frames in trunk order.
+    let (runtime_side, recorder_side) = tokio::io::duplex(1 << 20);
+    let (mut rec_read, mut rec_write) = tokio::io::split(recorder_side);
+    let frames = Arc::new(Mutex::new(Vec::new()));
+    let f = frames.clone();
+    tokio::spawn(async move {
+        let mut h = [0u8; 8];
+        while from_plugin.read_exact(&mut h).await.is_ok() {
+            let (id, len) = mux::decode_header(&h);
+            let mut payload = vec![0u8; len as usize];
+            if from_plugin.read_exact(&mut payload).await.is_err() {
+                break;
+            }
+            f.lock().unwrap().push((id, payload.clone()));
+            if rec_write.write_all(&mux::encode_frames(id, &payload)).await.is_err() {
+                break;
+            }
+        }
+    });
+    tokio::spawn(async move { tokio::io::copy(&mut rec_read, &mut to_plugin).await });
+    let m = Mux::new(runtime_side);
+    let (c1, c2) = (m.open(1).unwrap(), m.open(2).unwrap());
+    let l = Listener::new(futures::stream::once(async move { Ok::<_, std::io::Error>(c2) }));
+    let mut server =
+        ttrpc::r#async::Server::new().register_service(api::create_runtime(Arc::new(Runtime2))).add_listener(l);
+    server.start().await.unwrap();
+    m.start();
+    let client = ttrpc::r#async::Client::new(Socket::new(c1));
+    let mut configure = api::ConfigureRequest::new();
+    configure.runtime_name = "containerd".into();
+    configure.runtime_version = "2.1.4".into();
+    assert_eq!(code_of(guard(raw_call(&client, "Configure", configure.write_to_bytes().unwrap())).await), 0);
+    let mut sync = api::SynchronizeRequest::new();
+    sync.pods = vec![pod("p1")];
+    sync.containers = (0..200).map(|i| ctr(&format!("c{i:03}"))).collect();
+    assert_eq!(code_of(guard(raw_call(&client, "Synchronize", sync.write_to_bytes().unwrap())).await), 0);
+    guard(sent).await.unwrap().unwrap();
+
+    let messages = wire_messages(&frames.lock().unwrap());
+    // Replies on connection 1: Configure (stream 1), Synchronize (stream 3). Requests on
+    // connection 2: RegisterPlugin (stream 1), then UpdateContainers (stream 3).
+    let reply = messages.iter().find(|w| w.conn == 1 && w.kind == 2 && w.stream == 3).expect("Synchronize reply");
+    let update = messages.iter().find(|w| w.conn == 2 && w.kind == 1 && w.stream == 3).expect("UpdateContainers");
+    assert!(reply.last_frame > reply.first_frame, "the reply spans several frames: {reply:?}");
+    assert!(
+        reply.last_frame < update.first_frame,
+        "UpdateContainers started on the wire before the Synchronize reply ended: {reply:?} {update:?}"
+    );
+    m.close();
+    p.stop().await;
+    drop(server);
 }
