@@ -20,7 +20,7 @@ use crate::plugin::{BuildOptions, PluginError};
 pub struct AdmissionOptions {
     /// Scheduler name a job without one gets (Volcano's webhook: its first configured scheduler).
     pub scheduler_name: String,
-    /// Settings for building plugins.
+    /// Settings for building plugins (the replica cap among them).
     pub build: BuildOptions,
 }
 
@@ -170,6 +170,8 @@ pub struct Verdict {
     pub errors: Vec<String>,
     /// What the user should know even though the job is allowed.
     pub warnings: Vec<String>,
+    /// What Volcano checks that needs the cluster and so was not checked (for `jobs render`).
+    pub unchecked: Vec<String>,
 }
 
 impl Verdict {
@@ -189,13 +191,30 @@ const MAX_POD_NAME: usize = 63;
 
 /// Validates a Job being created (`old` is `None`) or updated.
 ///
-/// Denied when weft's plugins do not build (unknown plugin, bad argument, missing role task, a
+/// Denied for what Volcano's own webhook denies and what Kubernetes would refuse of the pods
+/// ([`crate::volcano_rules`]: on create, Volcano's create rules and weft's limits on task names,
+/// replicas and host lists; on update, Volcano's update rules); and when weft's plugins do not build (unknown plugin, bad argument, missing role task, a
 /// plugin listed in both places: see [`JobPlugins::weft`]), when a weft plugin's dependency is in
 /// neither place, when a pod name of a job with weft plugins is too long for DNS, or (on update)
 /// when the annotation changed: pods already created carry the old wiring. Problems Volcano would
 /// only log for `spec.plugins` come back as warnings.
 pub fn validate_job(job: &Job, old: Option<&Job>, opts: &AdmissionOptions) -> Verdict {
-    let mut verdict = Verdict { errors: Vec::new(), warnings: JobPlugins::volcano(job).warnings().to_vec() };
+    // The job as it came (Job keeps the fields it does not type), for the rules that read them.
+    let raw = serde_json::to_value(job).unwrap_or(Value::Null);
+    let mut verdict = Verdict::default();
+    match old {
+        None => {
+            let p = crate::volcano_rules::create_problems(job, &raw, opts.build.max_job_replicas);
+            verdict.errors = p.errors;
+            verdict.unchecked = p.unchecked;
+        }
+        Some(old) => verdict.errors = crate::volcano_rules::update_problems(old, job, &raw),
+    }
+    if !verdict.errors.is_empty() {
+        // Plugins are built over the tasks; with tasks Volcano refuses there is nothing to build.
+        return verdict;
+    }
+    verdict.warnings = JobPlugins::volcano(job).warnings().to_vec();
     let annotation = |j: &Job| j.metadata.annotations.as_ref().and_then(|a| a.get(crate::PLUGINS_ANNOTATION)).cloned();
     if let Some(old) = old
         && annotation(old) != annotation(job)

@@ -4,8 +4,11 @@
 //! - [`Mode::Strict`] (weft's plugins): any error rejects the arguments, so admission can refuse
 //!   the job with a message naming the plugin and the flag. Positional arguments are errors too.
 //! - [`Mode::Lenient`] (Volcano's `spec.plugins`): what Volcano does. Parsing stops at the first
-//!   error; flags parsed before it keep their values, the rest keep defaults; the error is returned
-//!   as a warning instead of being only logged.
+//!   error; flags parsed before it keep their values, the rest keep defaults, and the flag whose
+//!   value did not parse holds what Go's `flag` package stores before it returns the error: 0 for
+//!   an int that is not a number, the int's limit for one out of range (`strconv.ParseInt`), false
+//!   for a bool. The error is returned as a warning instead of being only logged. A positional
+//!   argument is no error in Go: parsing stops there silently; the warning says so.
 //!
 //! Syntax (Go's): `-name=value`, `--name=value`, `-name value`, `--name value`; a bool flag alone
 //! means true and takes a value only with `=`; parsing stops at `--` or the first argument that is
@@ -97,6 +100,14 @@ pub enum FlagError {
         /// What the flag takes.
         expected: &'static str,
     },
+    /// A value the flag's type cannot represent (Go: `strconv.ErrRange`).
+    #[error("flag -{flag}: value {value:?} is out of range for a 64-bit integer")]
+    OutOfRange {
+        /// The flag.
+        flag: String,
+        /// The value as written.
+        value: String,
+    },
     /// A non-bool flag at the end with no value.
     #[error("flag -{flag} needs a value")]
     MissingValue {
@@ -109,8 +120,11 @@ pub enum FlagError {
         /// The argument as written.
         arg: String,
     },
-    /// An argument that is not a flag (Go stops parsing there and ignores the rest).
-    #[error("unexpected argument {arg:?}: plugin arguments are flags only (Volcano ignores everything from here on)")]
+    /// An argument that is not a flag. Go's `flag` package stops there without an error, so
+    /// Volcano ignores it and everything after it without a word.
+    #[error(
+        "unexpected argument {arg:?}: plugin arguments are flags only (Volcano silently ignores it and everything after it)"
+    )]
     Positional {
         /// The first argument that was not a flag.
         arg: String,
@@ -121,7 +135,10 @@ impl FlagError {
     /// The flag the error is about, when there is one.
     pub fn flag(&self) -> Option<&str> {
         match self {
-            Self::Unknown { flag, .. } | Self::BadValue { flag, .. } | Self::MissingValue { flag } => Some(flag),
+            Self::Unknown { flag, .. }
+            | Self::BadValue { flag, .. }
+            | Self::OutOfRange { flag, .. }
+            | Self::MissingValue { flag } => Some(flag),
             Self::BadSyntax { .. } | Self::Positional { .. } => None,
         }
     }
@@ -173,6 +190,16 @@ impl Flags {
     /// Whether `name` was given in the arguments (as opposed to holding its default).
     pub fn was_given(&self, name: &str) -> bool {
         self.given.contains(&name)
+    }
+
+    /// The value of flag `name` in the flag's own syntax (`0`, `false`, `ps`).
+    pub fn display(&self, name: &str) -> String {
+        match self.values.get(name) {
+            Some(FlagValue::Bool(b)) => b.to_string(),
+            Some(FlagValue::Int(i)) => i.to_string(),
+            Some(FlagValue::Str(s)) => s.clone(),
+            None => String::new(),
+        }
     }
 }
 
@@ -236,21 +263,40 @@ fn parse_into(defs: &[FlagDef], args: &[String], flags: &mut Flags) -> Result<()
                 None => return Err(FlagError::MissingValue { flag: name.to_owned() }),
             },
         };
-        let parsed = parse_value(def, value).ok_or_else(|| FlagError::BadValue {
-            flag: name.to_owned(),
-            value: value.to_owned(),
-            expected: match def.kind {
-                Kind::Bool => "a bool (true, false, 1, 0, t, f)",
-                Kind::Int => "an integer",
-                Kind::Str => "a string",
+        let parsed = match def.kind {
+            Kind::Str => FlagValue::Str(value.to_owned()),
+            Kind::Bool => match parse_go_bool(value) {
+                Some(b) => FlagValue::Bool(b),
+                None => {
+                    // Go's boolValue.Set stores ParseBool's false before returning the error.
+                    flags.values.insert(def.name, FlagValue::Bool(false));
+                    return Err(bad_value(name, value, "a bool (true, false, 1, 0, t, f)"));
+                }
             },
-        })?;
+            Kind::Int => match go_parse_int(value) {
+                Ok(i) => FlagValue::Int(i),
+                Err(GoIntError::Syntax) => {
+                    // Go's intValue.Set stores ParseInt's 0 before returning the error.
+                    flags.values.insert(def.name, FlagValue::Int(0));
+                    return Err(bad_value(name, value, "an integer"));
+                }
+                Err(GoIntError::Range(limit)) => {
+                    // ... and on a range error the limit of the int's size, with the sign.
+                    flags.values.insert(def.name, FlagValue::Int(limit));
+                    return Err(FlagError::OutOfRange { flag: name.to_owned(), value: value.to_owned() });
+                }
+            },
+        };
         flags.values.insert(def.name, parsed);
         if !flags.given.contains(&def.name) {
             flags.given.push(def.name);
         }
     }
     Ok(())
+}
+
+fn bad_value(flag: &str, value: &str, expected: &'static str) -> FlagError {
+    FlagError::BadValue { flag: flag.to_owned(), value: value.to_owned(), expected }
 }
 
 fn parse_value(def: &FlagDef, value: &str) -> Option<FlagValue> {
@@ -270,9 +316,31 @@ pub fn parse_go_bool(s: &str) -> Option<bool> {
     }
 }
 
+/// Why Go's `strconv.ParseInt` failed, with what it returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GoIntError {
+    /// Not a number (`ErrSyntax`; ParseInt returns 0).
+    Syntax,
+    /// A number beyond 64 bits (`ErrRange`; ParseInt returns the limit of that sign).
+    Range(i64),
+}
+
 /// Go's `strconv.ParseInt(s, 0, 64)`: optional sign, base from the prefix (`0x`, `0o`, `0b`, a
 /// leading `0` for octal, else decimal), `_` allowed only between digits or after the prefix.
 pub fn parse_go_int(s: &str) -> Option<i64> {
+    go_parse_int(s).ok()
+}
+
+/// [`parse_go_int`] with Go's two failures told apart.
+pub fn go_parse_int(s: &str) -> Result<i64, GoIntError> {
+    let negative = s.starts_with('-');
+    let parsed = parse_go_int_wide(s).ok_or(GoIntError::Syntax)?;
+    i64::try_from(parsed).map_err(|_| GoIntError::Range(if negative { i64::MIN } else { i64::MAX }))
+}
+
+/// The value of a Go integer literal as [`parse_go_int`] reads it, beyond 64 bits when it is
+/// (`None`: not a number, or beyond even 128 bits).
+fn parse_go_int_wide(s: &str) -> Option<i128> {
     let (negative, body) = match s.as_bytes().first()? {
         b'-' => (true, &s[1..]),
         b'+' => (false, &s[1..]),
@@ -297,9 +365,9 @@ pub fn parse_go_int(s: &str) -> Option<i64> {
     if clean.is_empty() || !clean.chars().all(|c| c.is_digit(radix)) {
         return None;
     }
-    let magnitude = i128::from_str_radix(&clean, radix).ok()?;
-    let v = if negative { -magnitude } else { magnitude };
-    i64::try_from(v).ok()
+    // All digits but too many for 128 bits: out of any range, not a syntax error.
+    let magnitude = i128::from_str_radix(&clean, radix).unwrap_or(i128::MAX);
+    Some(if negative { -magnitude } else { magnitude })
 }
 
 /// Go's rule: `_` only between digits, or right after a base prefix.
@@ -435,12 +503,33 @@ mod tests {
     }
 
     #[test]
-    fn lenient_keeps_what_was_parsed_before_the_error_like_go() {
+    fn lenient_keeps_what_go_stores_when_a_value_does_not_parse() {
         let (f, w) = parse(DEFS, &args(&["--ps=params", "--port=abc", "--wait"]), Mode::Lenient).expect("lenient");
-        assert_eq!(f.string("ps"), "params");
-        assert_eq!(f.int("port"), 2222, "the bad value leaves the default");
+        assert_eq!(f.string("ps"), "params", "flags before the error keep their values");
+        assert_eq!(f.int("port"), 0, "Go's intValue.Set stores ParseInt's 0 for a value that is not a number");
         assert!(!f.bool("wait"), "flags after the error are not parsed");
+        assert!(!f.was_given("port"), "Go does not count a flag whose value failed as set");
         assert_eq!(w.and_then(|e| e.flag().map(str::to_owned)).as_deref(), Some("port"));
+        // Out of range: the limit of the sign, as strconv.ParseInt returns with ErrRange.
+        let (f, w) = parse(DEFS, &args(&["--port=99999999999999999999"]), Mode::Lenient).expect("lenient");
+        assert_eq!(f.int("port"), i64::MAX);
+        assert!(matches!(w, Some(FlagError::OutOfRange { .. })), "{w:?}");
+        let (f, _) = parse(DEFS, &args(&["--port=-0x8000000000000001"]), Mode::Lenient).expect("lenient");
+        assert_eq!(f.int("port"), i64::MIN);
+        // A bool that does not parse stores false (ParseBool's value), even over a true default.
+        let defs = &[FlagDef::bool("inject", "true")];
+        let (f, w) = parse(defs, &args(&["--inject=no"]), Mode::Lenient).expect("lenient");
+        assert!(!f.bool("inject"));
+        assert!(matches!(w, Some(FlagError::BadValue { .. })), "{w:?}");
+    }
+
+    #[test]
+    fn a_positional_argument_stops_parsing_silently_in_go() {
+        let (f, w) = parse(DEFS, &args(&["--port=5", "oops", "--wait"]), Mode::Lenient).expect("lenient");
+        assert_eq!(f.int("port"), 5);
+        assert!(!f.bool("wait"));
+        let w = w.expect("reported").to_string();
+        assert!(w.contains("silently"), "{w}");
     }
 
     #[test]

@@ -140,10 +140,48 @@ impl Job {
     }
 }
 
-/// `spec.plugins` as Go reads it: a plugin given `null` args (`svc:` in YAML) has no args.
+/// `spec.plugins` as Go reads it: a plugin given `null` args (`svc:` in YAML) has no args. An
+/// entry that is not a list of strings is an error naming it (`spec.plugins.tensorflow`).
 fn plugin_map<'de, D: Deserializer<'de>>(d: D) -> Result<Option<BTreeMap<String, Vec<String>>>, D::Error> {
-    let raw: Option<BTreeMap<String, Option<Vec<String>>>> = Option::deserialize(d)?;
-    Ok(raw.map(|m| m.into_iter().map(|(k, v)| (k, v.unwrap_or_default())).collect()))
+    use serde::de::Error as _;
+    let Some(raw): Option<BTreeMap<String, Value>> = Option::deserialize(d)? else { return Ok(None) };
+    let mut out = BTreeMap::new();
+    for (name, v) in raw {
+        let args = match v {
+            Value::Null => Vec::new(),
+            Value::Array(items) => items
+                .into_iter()
+                .enumerate()
+                .map(|(i, a)| match a {
+                    Value::String(s) => Ok(s),
+                    other => Err(D::Error::custom(format!(
+                        "spec.plugins.{name}[{i}]: expected a string (one argument), got {}",
+                        kind_of(&other)
+                    ))),
+                })
+                .collect::<Result<_, _>>()?,
+            other => {
+                return Err(D::Error::custom(format!(
+                    "spec.plugins.{name}: expected a list of argument strings (e.g. [\"--port=2222\"]), got {}",
+                    kind_of(&other)
+                )));
+            }
+        };
+        out.insert(name, args);
+    }
+    Ok(Some(out))
+}
+
+/// What a JSON value is, for messages.
+fn kind_of(v: &Value) -> String {
+    match v {
+        Value::Null => "null".into(),
+        Value::Bool(b) => format!("the bool {b}"),
+        Value::Number(n) => format!("the number {n}"),
+        Value::String(s) => format!("the string {s:?}"),
+        Value::Array(_) => "a list".into(),
+        Value::Object(_) => "an object".into(),
+    }
 }
 
 /// Parses a plugin map in the shape of `spec.plugins` (the [`crate::PLUGINS_ANNOTATION`] value):

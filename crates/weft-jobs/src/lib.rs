@@ -14,6 +14,7 @@
 //!   [`PLUGINS_ANNOTATION`] for weft), their fixed order, and running them over a pod.
 //! - [`admission`]: Job mutate/validate and Pod mutate as the webhook needs them.
 //! - [`render`]: every pod and object a job will get.
+//! - [`volcano_rules`]: what Volcano's admission (and Kubernetes, for the pods) would deny.
 //!
 //! Where Volcano implements a behaviour the `Flavor::Volcano` output is byte-compatible with it;
 //! `Flavor::Weft` adds what the design asks and Volcano lacks. See `docs/jobs.md`.
@@ -27,6 +28,7 @@ pub mod pipeline;
 pub mod plugin;
 pub mod plugins;
 pub mod render;
+pub mod volcano_rules;
 
 pub use job::{Job, JobSpec, TaskSpec};
 pub use pipeline::JobPlugins;

@@ -21,6 +21,18 @@ pub const JOB_NAMESPACE_KEY: &str = "volcano.sh/job-namespace";
 pub const QUEUE_NAME_KEY: &str = "volcano.sh/queue-name";
 /// Pod annotation: the PodGroup, `<job>-<job uid>`.
 pub const POD_GROUP_KEY: &str = "scheduling.k8s.io/group-name";
+/// Job and pod annotation and label: the job goes to another cluster (set on jobs whose queue has
+/// `extendClusters`).
+pub const JOB_FORWARDING_KEY: &str = "volcano.sh/job-forwarding";
+/// Pod annotation: the task's `topologyPolicy`.
+pub const NUMA_POLICY_KEY: &str = "volcano.sh/numa-topology-policy";
+/// Pod label: the pod's partition (`index / partitionSize`) when its task has a partition policy.
+pub const PARTITION_ID_KEY: &str = "volcano.sh/partition-id";
+/// Job annotations Volcano copies onto every pod (the first two as labels too, from job labels).
+const COPIED_ANNOTATIONS: [&str; 3] =
+    ["volcano.sh/preemptable", "volcano.sh/cooldown-time", "volcano.sh/revocable-zone"];
+/// Job labels Volcano copies onto every pod.
+const COPIED_LABELS: [&str; 2] = ["volcano.sh/preemptable", "volcano.sh/cooldown-time"];
 
 /// `<job>-<task>-<index>` (Volcano's `PodNameFmt`).
 pub fn pod_name(job: &str, task: &str, index: usize) -> String {
@@ -89,6 +101,15 @@ pub fn owner_reference(job: &Job) -> OwnerReference {
 /// The pod Volcano's job controller creates for replica `index` of `task` (`createJobPod`), before
 /// any plugin runs: the template with name, namespace, labels, annotations, owner reference and
 /// scheduler/priority class falling back to the job's. Used by `weft jobs render` and tests.
+///
+/// Also as Volcano does: the job's `spec.volumes` as PVC volumes mounted in every container (the
+/// volume name is `<job>-` and twelve random characters there, a fixed stand-in here; a claim
+/// Volcano creates itself is named `<job>-pvc-` and twelve random characters); the task's
+/// `topologyPolicy` as an annotation; the job's preemptable, cooldown-time and revocable-zone
+/// annotations (and the first two labels); the job-disruption-budget annotation; the partition
+/// label; and the job-forwarding label and annotation only when the job carries
+/// `volcano.sh/job-forwarding: "true"` (which Volcano's controller sets for queues with
+/// `extendClusters`).
 pub fn volcano_pod(job: &Job, task: &TaskSpec, index: usize) -> Pod {
     let job_name = job.job_name();
     let mut meta = task.template.metadata.clone().unwrap_or_default();
@@ -105,7 +126,22 @@ pub fn volcano_pod(job: &Job, task: &TaskSpec, index: usize) -> Pod {
     labels.insert(TASK_SPEC_KEY.into(), task_name.into());
     labels.insert(JOB_NAMESPACE_KEY.into(), job.job_namespace().into());
     labels.insert(QUEUE_NAME_KEY.into(), queue.clone());
-    labels.insert("volcano.sh/job-forwarding".into(), "true".into());
+    let job_labels = job.metadata.labels.clone().unwrap_or_default();
+    for key in COPIED_LABELS {
+        if let Some(v) = job_labels.get(key) {
+            labels.insert(key.into(), v.clone());
+        }
+    }
+    let job_annotations = job.metadata.annotations.clone().unwrap_or_default();
+    let forwarding = job_annotations.get(JOB_FORWARDING_KEY).is_some_and(|v| v == "true");
+    if forwarding {
+        labels.insert(JOB_FORWARDING_KEY.into(), "true".into());
+    }
+    if let Some(size) = task.extra.get("partitionPolicy").and_then(|p| p.get("partitionSize")).and_then(|v| v.as_i64())
+    {
+        let id = if size <= 0 { 0 } else { i64::try_from(index).unwrap_or(i64::MAX) / size };
+        labels.insert(PARTITION_ID_KEY.into(), id.to_string());
+    }
 
     let version = job.status.as_ref().and_then(|s| s.version).unwrap_or(0);
     let retries = job.status.as_ref().and_then(|s| s.retry_count).unwrap_or(0);
@@ -118,6 +154,26 @@ pub fn volcano_pod(job: &Job, task: &TaskSpec, index: usize) -> Pod {
     annotations.insert("volcano.sh/job-version".into(), version.to_string());
     annotations.insert("volcano.sh/template-uid".into(), format!("{job_name}-{}", task.name));
     annotations.insert("volcano.sh/job-retry-count".into(), retries.to_string());
+    if let Some(policy) = task.extra.get("topologyPolicy").and_then(|v| v.as_str()).filter(|p| !p.is_empty()) {
+        annotations.insert(NUMA_POLICY_KEY.into(), policy.to_owned());
+    }
+    for key in COPIED_ANNOTATIONS {
+        if let Some(v) = job_annotations.get(key) {
+            annotations.insert(key.into(), v.clone());
+        }
+    }
+    match (job_annotations.get("volcano.sh/jdb-min-available"), job_annotations.get("volcano.sh/jdb-max-unavailable")) {
+        (Some(v), _) => {
+            annotations.insert("volcano.sh/jdb-min-available".into(), v.clone());
+        }
+        (None, Some(v)) => {
+            annotations.insert("volcano.sh/jdb-max-unavailable".into(), v.clone());
+        }
+        (None, None) => {}
+    }
+    if forwarding {
+        annotations.insert(JOB_FORWARDING_KEY.into(), "true".into());
+    }
 
     if spec.scheduler_name.as_deref().is_none_or(str::is_empty) {
         spec.scheduler_name = job.spec.scheduler_name.clone();
@@ -125,7 +181,42 @@ pub fn volcano_pod(job: &Job, task: &TaskSpec, index: usize) -> Pod {
     if spec.priority_class_name.as_deref().is_none_or(str::is_empty) {
         spec.priority_class_name = job.spec.extra.get("priorityClassName").and_then(|v| v.as_str()).map(str::to_owned);
     }
+    add_job_volumes(job, &mut spec);
     Pod { metadata: meta, spec: Some(spec), status: None }
+}
+
+/// Volcano's `spec.volumes` handling in `createJobPod`: one PVC volume per distinct claim, mounted
+/// at its `mountPath` in every container (a second volume with the same claim is skipped, mount
+/// and all).
+fn add_job_volumes(job: &Job, spec: &mut k8s_openapi::api::core::v1::PodSpec) {
+    use k8s_openapi::api::core::v1::{PersistentVolumeClaimVolumeSource, Volume, VolumeMount};
+    let Some(volumes) = job.spec.extra.get("volumes").and_then(|v| v.as_array()) else { return };
+    let job_name = job.job_name();
+    let mut seen = Vec::new();
+    for (i, v) in volumes.iter().enumerate() {
+        let claim = match v.get("volumeClaimName").and_then(|c| c.as_str()).filter(|c| !c.is_empty()) {
+            Some(c) => c.to_owned(),
+            None => format!("{job_name}-pvc-{:012}", i),
+        };
+        if seen.contains(&claim) {
+            continue;
+        }
+        seen.push(claim.clone());
+        let name = format!("{job_name}-{:012}", i);
+        spec.volumes.get_or_insert_with(Vec::new).push(Volume {
+            name: name.clone(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource { claim_name: claim, read_only: None }),
+            ..Default::default()
+        });
+        let mount_path = v.get("mountPath").and_then(|m| m.as_str()).unwrap_or_default().to_owned();
+        for c in &mut spec.containers {
+            c.volume_mounts.get_or_insert_with(Vec::new).push(VolumeMount {
+                name: name.clone(),
+                mount_path: mount_path.clone(),
+                ..Default::default()
+            });
+        }
+    }
 }
 
 #[cfg(test)]

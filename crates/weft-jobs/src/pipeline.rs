@@ -50,9 +50,21 @@ pub fn weft_plugin_map(job: &Job) -> Result<Option<BTreeMap<String, Vec<String>>
 }
 
 impl JobPlugins {
-    /// weft's plugins for `job` (from the annotation), built strictly: every error is returned.
+    /// weft's plugins for `job` (from the annotation), built strictly: every error is returned. A
+    /// job with more pods than `options.max_job_replicas` (one admitted before weft's webhook,
+    /// say) is refused before anything is built: its host lists would not fit a pod.
     pub fn weft(job: &Job, options: &BuildOptions) -> Result<Self, Vec<PluginError>> {
         let map = weft_plugin_map(job).map_err(|e| vec![e])?.unwrap_or_default();
+        let pods: u64 = job.spec.tasks.iter().map(|t| u64::try_from(t.replicas).unwrap_or(0)).sum();
+        if !map.is_empty() && pods > options.max_job_replicas {
+            return Err(vec![PluginError::Invalid {
+                plugin: "weft",
+                message: format!(
+                    "the job has {pods} pods in all; weft wires at most {} (--max-job-replicas)",
+                    options.max_job_replicas
+                ),
+            }]);
+        }
         let volcano = job.spec.plugins.clone().unwrap_or_default();
         let mut out = Self::default();
         let mut errors = Vec::new();
@@ -145,6 +157,43 @@ impl JobPlugins {
     /// Runs every plugin's `on_pod_create` on `pod`, in order. Stops at the first error.
     pub fn mutate_pod(&self, pod: &mut Pod) -> Result<(), PluginError> {
         self.runs.iter().try_for_each(|r| r.plugin.on_pod_create(pod))
+    }
+
+    /// How the pod Volcano's plugins make of `base` depends on the order they run in: Volcano
+    /// runs `spec.plugins` in Go map order, which changes from pod to pod, so where running them
+    /// in weft's order and in the reverse order gives different pods (env var order aside), the
+    /// pod's fate is random. Returns the differing fields, each as `path: a | b` (a: weft's
+    /// order, b: the reverse); empty when the order does not matter.
+    pub fn volcano_order_dependence(&self, base: &Pod) -> Result<Vec<String>, PluginError> {
+        let volcano: Vec<&PluginRun> = self.runs.iter().filter(|r| r.flavor == Flavor::Volcano).collect();
+        if volcano.len() < 2 {
+            return Ok(Vec::new());
+        }
+        let run = |order: &mut dyn Iterator<Item = &&PluginRun>| -> Result<serde_json::Value, PluginError> {
+            let mut pod = base.clone();
+            for r in order {
+                r.plugin.on_pod_create(&mut pod)?;
+            }
+            if let Some(spec) = pod.spec.as_mut() {
+                for c in spec.containers.iter_mut().chain(spec.init_containers.iter_mut().flatten()) {
+                    if let Some(env) = c.env.as_mut() {
+                        env.sort_by(|a, b| a.name.cmp(&b.name));
+                    }
+                }
+            }
+            Ok(serde_json::to_value(&pod).unwrap_or_default())
+        };
+        let forward = run(&mut volcano.iter())?;
+        let reverse = run(&mut volcano.iter().rev())?;
+        Ok(json_patch::diff(&forward, &reverse)
+            .0
+            .iter()
+            .map(|op| {
+                let path = op.path().to_string();
+                let at = |v: &serde_json::Value| v.pointer(&path).map_or("(absent)".to_owned(), ToString::to_string);
+                format!("{path}: {} | {}", at(&forward), at(&reverse))
+            })
+            .collect())
     }
 
     /// The job-level objects of every plugin, in run order, with the flavor that makes them.

@@ -33,11 +33,14 @@ pub const DEFAULT_WAIT_IMAGE: &str = concat!("ghcr.io/weft-io/weft:", env!("CARG
 pub struct BuildOptions {
     /// Image for launch-order init containers (runs `weft wait-for`).
     pub wait_image: String,
+    /// Most pods a job may have (the sum of its tasks' replicas): weft's plugins are not built
+    /// for a larger job, whose host lists would not fit a pod or a ConfigMap.
+    pub max_job_replicas: u64,
 }
 
 impl Default for BuildOptions {
     fn default() -> Self {
-        Self { wait_image: DEFAULT_WAIT_IMAGE.to_owned() }
+        Self { wait_image: DEFAULT_WAIT_IMAGE.to_owned(), max_job_replicas: crate::volcano_rules::MAX_TOTAL_REPLICAS }
     }
 }
 

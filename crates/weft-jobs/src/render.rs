@@ -116,16 +116,39 @@ pub fn render(job: &Value, opts: &AdmissionOptions, keys: &dyn SshKeySource) -> 
     let plugins = JobPlugins::all(&typed, &opts.build)
         .map_err(|errors| RenderError::Denied(errors.iter().map(ToString::to_string).collect()))?;
     let mut warnings = verdict.warnings;
+    warnings.extend(verdict.unchecked);
     for w in plugins.warnings() {
         if !warnings.contains(w) {
             warnings.push(w.clone());
         }
     }
 
+    let volcano_names: Vec<&str> =
+        plugins.runs().iter().filter(|r| r.flavor == Flavor::Volcano).map(|r| r.name).collect();
+    if volcano_names.len() > 1 {
+        warnings.push(format!(
+            "spec.plugins are shown in weft's order ({}); Volcano runs them in Go map order, which changes from pod to pod",
+            volcano_names.join(", ")
+        ));
+    }
     let mut pods = Vec::new();
     for task in &typed.spec.tasks {
+        let mut order_warned = false;
         for index in 0..naming::replicas(task) {
             let base = naming::volcano_pod(&typed, task, index);
+            if !order_warned {
+                let differs = plugins.volcano_order_dependence(&base)?;
+                if !differs.is_empty() {
+                    order_warned = true;
+                    warnings.push(format!(
+                        "task {}: what Volcano's plugins make of pod {} depends on the order they run in, which is random: \
+                         {} (in weft's order | in the reverse order)",
+                        task.name,
+                        base.metadata.name.as_deref().unwrap_or_default(),
+                        differs.join("; ")
+                    ));
+                }
+            }
             let mut pod = base.clone();
             plugins.mutate_pod(&mut pod)?;
             pods.push(RenderedPod { task: task.name.clone(), index, changes: PodChanges::between(&base, &pod), pod });

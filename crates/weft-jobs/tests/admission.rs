@@ -175,16 +175,22 @@ fn the_plugin_annotation_is_immutable_on_update() {
 }
 
 #[test]
-fn spec_plugin_problems_volcano_only_logs_come_back_as_warnings() {
+fn plugins_volcano_lacks_in_spec_plugins_are_denied_with_volcanos_reason() {
+    // Volcano's webhook denies them ("unable to find job plugin"); weft's denies them too.
     let j = job(json!({"tasks": [task("w", 2)], "plugins": {"mxnet": [], "gang": []}}), None);
     let v = validate_job(&typed(&j), None, &AdmissionOptions::default());
-    assert!(v.allowed(), "spec.plugins is Volcano's to reject");
-    assert!(
-        v.warnings.iter().any(|w| w.contains("\"mxnet\"") && w.contains("weft.io/job-plugins")),
-        "{:?}",
-        v.warnings
-    );
-    assert!(v.warnings.iter().any(|w| w.contains("\"gang\"")), "{:?}", v.warnings);
+    assert!(!v.allowed());
+    let m = v.message();
+    assert!(m.contains("unable to find job plugin: gang;"), "{m}");
+    assert!(m.contains("unable to find job plugin: mxnet;") && m.contains("weft.io/job-plugins"), "{m}");
+}
+
+#[test]
+fn spec_plugin_problems_volcano_only_logs_come_back_as_warnings() {
+    let j = job(json!({"tasks": [task("w", 2)], "plugins": {"env": ["--oops"]}}), None);
+    let v = validate_job(&typed(&j), None, &AdmissionOptions::default());
+    assert!(v.allowed(), "{}", v.message());
+    assert!(v.warnings.iter().any(|w| w.contains("plugin env") && w.contains("Volcano ignores")), "{:?}", v.warnings);
 }
 
 #[test]
@@ -219,4 +225,13 @@ fn owning_job_needs_a_controller_reference_to_a_volcano_job() {
         None
     );
     assert_eq!(owning_job(&json!({"metadata": {}})), None);
+}
+
+#[test]
+fn a_job_over_the_replica_cap_gets_no_pod_mutator() {
+    // A job admitted before weft's webhook, say: its pods must not make the webhook build host
+    // lists of a billion names.
+    let j = typed(&job(json!({"tasks": [task("worker", 1_000_000_000)]}), Some(r#"{"svc":[]}"#)));
+    let e = PodMutator::new(&j, &AdmissionOptions::default()).expect_err("refused");
+    assert!(e[0].to_string().contains("1000000000 pods"), "{:?}", e);
 }

@@ -16,7 +16,7 @@ use weft_jobs::{Job, JobPlugins};
 const IMAGE: &str = "weft:test";
 
 fn options() -> BuildOptions {
-    BuildOptions { wait_image: IMAGE.to_owned() }
+    BuildOptions { wait_image: IMAGE.to_owned(), ..BuildOptions::default() }
 }
 
 /// A job `name` in namespace `ns` (uid `u1`) with the given tasks.
@@ -210,13 +210,18 @@ fn pytorch_volcano_wait_for_master_script_is_volcanos() {
 #[test]
 fn pytorch_volcano_is_lenient_like_go() {
     let job = pytorch_job();
-    // Go stops at the bad value: -master after it keeps its default.
+    // Go stops at the bad value: -master after it keeps its default, and -port holds what Go's
+    // intValue.Set stored before returning the error: strconv.ParseInt's 0.
     let p = volcano(pytorch::build, &job, &["--port=abc", "--master=boss"]);
     let w = p.warnings();
-    assert_eq!(w.len(), 1, "{w:?}");
+    assert_eq!(w.len(), 2, "{w:?}");
     assert!(w[0].contains("plugin pytorch") && w[0].contains("-port") && w[0].contains("abc"), "{}", w[0]);
+    assert!(w[0].contains("goes on with -port=0"), "{}", w[0]);
+    assert!(w[1].contains("port 0") && w[1].contains("API server rejects the pod"), "{}", w[1]);
     let m = pod(p.as_ref(), &job, "master", 0);
-    assert_eq!(env(&containers(&m)[0])[1], "MASTER_PORT=23456");
+    assert_eq!(env(&containers(&m)[0])[1], "MASTER_PORT=0");
+    let ports = containers(&m)[0].ports.clone().unwrap_or_default();
+    assert!(ports.iter().any(|p| p.name.as_deref() == Some("pytorchjob-port") && p.container_port == 0), "{ports:?}");
 
     // weft's own flags are unknown to Volcano.
     let p = volcano(pytorch::build, &job, &["--wait=false"]);

@@ -377,11 +377,12 @@ async fn job_validation_denies_with_the_verdict_and_returns_warnings() {
     assert!(response.get("patch").is_none() && response.get("patchType").is_none());
 
     // spec.plugins problems Volcano only logs come back as warnings on an allowed Job.
-    let answer =
-        server.review("/jobs/validate", &job_validate_review(r#"{"env":[]}"#, Some(json!({"gang": []})))).await;
+    let answer = server
+        .review("/jobs/validate", &job_validate_review(r#"{"env":[]}"#, Some(json!({"tensorflow": ["--port=abc"]}))))
+        .await;
     assert_eq!(answer["response"]["allowed"], true, "{answer}");
     let warnings = answer["response"]["warnings"].as_array().expect("warnings");
-    assert!(warnings.iter().any(|w| w.as_str().unwrap().contains("\"gang\"")), "{answer}");
+    assert!(warnings.iter().any(|w| w.as_str().unwrap().contains("goes on with -port=0")), "{answer}");
 
     // UPDATE: scaling is fine, changing weft's plugins is not.
     let answer = server.review("/jobs/validate", &job_update_review(r#"{"env":[]}"#, r#"{"env":[]}"#, 4)).await;
@@ -603,5 +604,40 @@ async fn a_body_larger_than_any_review_the_api_server_sends_is_refused() {
     review["request"]["object"]["metadata"]["annotations"]["padding"] = json!("x".repeat(webhook::MAX_BODY_BYTES));
     let (status, _) = server.post("/jobs/validate", serde_json::to_vec(&review).unwrap()).await;
     assert_eq!(status, 413);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn jobs_volcano_denies_are_denied_here_too_with_its_reason() {
+    let server = Webhook::start(Arc::new(InMemoryJobs::new())).await;
+    let review = job_validate_review(r#"{"tensorflow":[],"svc":[]}"#, Some(json!({"gang": []})));
+    let answer = server.review("/jobs/validate", &review).await;
+    assert_eq!(answer["response"]["allowed"], false, "{answer}");
+    let message = answer["response"]["status"]["message"].as_str().unwrap();
+    assert!(message.contains("unable to find job plugin: gang;"), "{message}");
+
+    // A billion replicas: denied at once, nothing built.
+    let mut review = job_validate_review(r#"{"tensorflow":[],"svc":[]}"#, None);
+    review["request"]["object"]["spec"]["tasks"][1]["replicas"] = json!(1_000_000_000);
+    let answer = server.review("/jobs/validate", &review).await;
+    assert_eq!(answer["response"]["allowed"], false, "{answer}");
+    let message = answer["response"]["status"]["message"].as_str().unwrap();
+    assert!(message.contains("1000000001 pods") && message.contains("at most 10000"), "{message}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn pods_of_a_job_over_the_replica_cap_are_denied_without_building_anything() {
+    // The Job got in before weft's webhook: its pods must not make the webhook allocate host
+    // lists of a billion names.
+    let jobs = Arc::new(InMemoryJobs::new());
+    let mut stored = stored_job("huge", "uid-huge", r#"{"tensorflow":[],"svc":[]}"#);
+    stored["spec"]["tasks"][1]["replicas"] = json!(1_000_000_000);
+    jobs.insert(serde_json::from_value(stored).unwrap());
+    let server = Webhook::start(jobs).await;
+    let answer = server.review("/pods/mutate", &pod_create_review("huge", "uid-huge")).await;
+    assert_eq!(answer["response"]["allowed"], false, "{answer}");
+    let message = answer["response"]["status"]["message"].as_str().unwrap();
+    assert!(message.contains("weft wires at most 10000"), "{message}");
     server.stop().await;
 }

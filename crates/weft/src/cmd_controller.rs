@@ -54,6 +54,10 @@ pub struct ControllerArgs {
     /// Field manager recorded on writes.
     #[arg(long, default_value = "weft-controller")]
     field_manager: String,
+    /// Most pods a Volcano Job may have for weft to build its objects (keep it equal to the
+    /// webhook's --max-job-replicas).
+    #[arg(long, default_value_t = weft_jobs::volcano_rules::MAX_TOTAL_REPLICAS, value_name = "N")]
+    max_job_replicas: u64,
     #[command(flatten)]
     kube: KubeArgs,
     #[command(flatten)]
@@ -76,8 +80,9 @@ pub fn run(a: ControllerArgs) -> anyhow::Result<()> {
         let ctx = Context::new(client.clone(), "weft-controller", instance.clone(), &a.field_manager, metrics);
         let settings = |name| Settings { concurrency: a.concurrency, ..Settings::new(name) };
         let (nn_settings, job_settings) = (settings(numanetwork_controller::NAME), settings(job_controller::NAME));
-        let job_config =
+        let mut job_config =
             JobControllerConfig { api_poll: Duration::from_secs(a.volcano_poll), ..JobControllerConfig::default() };
+        job_config.build.max_job_replicas = a.max_job_replicas;
         let (run_nn, run_jobs) =
             (a.controllers.contains(&ControllerKind::Numanetwork), a.controllers.contains(&ControllerKind::Jobs));
         let names: Vec<_> =

@@ -39,6 +39,9 @@ pub struct RenderArgs {
     /// Image of the launch-order init containers (as the webhook's --wait-image).
     #[arg(long, env = "WEFT_WAIT_IMAGE", default_value = DEFAULT_WAIT_IMAGE)]
     wait_image: String,
+    /// Most pods a job may have, summed over its tasks (as the webhook's --max-job-replicas).
+    #[arg(long, default_value_t = weft_jobs::volcano_rules::MAX_TOTAL_REPLICAS, value_name = "N")]
+    max_job_replicas: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -79,7 +82,7 @@ fn run_render(a: &RenderArgs) -> anyhow::Result<()> {
     }
     let opts = AdmissionOptions {
         scheduler_name: a.scheduler_name.clone(),
-        build: BuildOptions { wait_image: a.wait_image.clone() },
+        build: BuildOptions { wait_image: a.wait_image.clone(), max_job_replicas: a.max_job_replicas },
     };
     let keys: &dyn SshKeySource = if a.generate_ssh_keys { &RandomKeys } else { &PlaceholderKeys };
     let mut rendered = Vec::new();

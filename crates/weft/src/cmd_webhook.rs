@@ -32,6 +32,10 @@ pub struct WebhookArgs {
     /// Image of the launch-order init containers weft's plugins add (it runs `weft wait-for`).
     #[arg(long, env = "WEFT_WAIT_IMAGE", default_value = DEFAULT_WAIT_IMAGE, value_name = "IMAGE")]
     wait_image: String,
+    /// Most pods a Volcano Job may have, summed over its tasks; larger jobs are denied (every pod
+    /// carries the host lists of the whole job).
+    #[arg(long, default_value_t = weft_jobs::volcano_rules::MAX_TOTAL_REPLICAS, value_name = "N")]
+    max_job_replicas: u64,
     /// How often the certificate files are checked for changes, seconds.
     #[arg(long, default_value_t = 10, value_name = "SECONDS")]
     tls_reload_interval: u64,
@@ -55,7 +59,7 @@ pub fn run(a: WebhookArgs) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let opts = AdmissionOptions {
         scheduler_name: a.scheduler_name.clone(),
-        build: BuildOptions { wait_image: a.wait_image.clone() },
+        build: BuildOptions { wait_image: a.wait_image.clone(), max_job_replicas: a.max_job_replicas },
     };
     let tls = Arc::new(TlsFiles::load(&a.tls_cert_file, &a.tls_key_file).context("loading the serving certificate")?);
     component::run("webhook", &a.ops, |c| async move {

@@ -75,3 +75,15 @@ fn a_file_without_a_volcano_job_says_so() {
     assert_eq!(code, 2);
     assert!(err.contains("/nonexistent/job.yaml"), "{err}");
 }
+
+#[test]
+fn a_job_volcano_would_deny_exits_2_with_volcanos_reason() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("dup.yaml");
+    let text = std::fs::read_to_string(example("tensorflow.yaml")).expect("example");
+    // Both tasks named worker: Volcano's webhook says "duplicated task name worker;".
+    std::fs::write(&path, text.replace("- name: ps", "- name: worker")).expect("write");
+    let (code, out, err) = weft(&["jobs", "render", path.to_str().expect("utf-8")]);
+    assert_eq!(code, 2, "{out}");
+    assert!(err.contains("duplicated task name worker;"), "{err}");
+}

@@ -29,15 +29,38 @@ pub(crate) fn parse_args(
     };
     let (flags, warning) =
         flags::parse(defs, input.args, mode).map_err(|source| PluginError::Args { plugin, source })?;
-    Ok((flags, warning.iter().map(|e| lenient_warning(plugin, e)).collect()))
+    let warnings = warning.iter().map(|e| lenient_warning(plugin, e, &flags)).collect();
+    Ok((flags, warnings))
 }
 
-/// The warning for an argument error Volcano only logs.
-fn lenient_warning(plugin: &str, e: &FlagError) -> String {
-    format!(
-        "plugin {plugin}: {e}; Volcano only logs this and goes on: flags before it keep their values, the rest their defaults"
-    )
+/// The warning for an argument problem Volcano goes on from, saying what it goes on with.
+fn lenient_warning(plugin: &str, e: &FlagError, flags: &Flags) -> String {
+    match e {
+        FlagError::BadValue { flag, .. } | FlagError::OutOfRange { flag, .. } => format!(
+            "plugin {plugin}: {e}; Volcano only logs this and goes on with -{flag}={} (what Go's flag package stores \
+             for it), the flags before it as given and the rest at their defaults",
+            flags.display(flag)
+        ),
+        FlagError::Positional { .. } => {
+            format!("plugin {plugin}: {e}; Volcano goes on with the flags before it, the rest at their defaults")
+        }
+        _ => format!(
+            "plugin {plugin}: {e}; Volcano only logs this and goes on: flags before it keep their values, the rest their \
+             defaults"
+        ),
+    }
 }
+
+/// In Volcano's flavor, what a port flag outside 1..=65535 does to the pods (`None` for a port).
+pub(crate) fn volcano_port_warning(plugin: &str, flag: &str, port: i64, consequence: &str) -> Option<String> {
+    (!(1..=65535).contains(&port)).then(|| {
+        format!("plugin {plugin}: Volcano will use port {port} (-{flag}), which is no TCP port: {consequence}")
+    })
+}
+
+/// The consequence of a port outside 1..=65535 that Volcano puts on a container.
+pub(crate) const CONTAINER_PORT_REJECTED: &str =
+    "the API server rejects the pod (containerPort must be between 1 and 65535)";
 
 /// Rejects a port flag outside 1..=65535.
 pub(crate) fn check_port(plugin: &'static str, flag: &str, port: i64) -> Result<(), PluginError> {
@@ -49,6 +72,13 @@ pub(crate) fn check_port(plugin: &'static str, flag: &str, port: i64) -> Result<
             message: format!("flag -{flag} must be a port from 1 to 65535, not {port}"),
         })
     }
+}
+
+/// `s` as one shell word: unchanged when it needs no quoting (every DNS name does, so Volcano's
+/// command lines stay byte for byte), single-quoted otherwise.
+pub(crate) fn shell_word(s: &str) -> String {
+    // try_quote fails only on a NUL byte, which no Kubernetes name contains; drop it then.
+    shlex::try_quote(s).map_or_else(|_| shell_word(&s.replace('\0', "")), std::borrow::Cow::into_owned)
 }
 
 /// Go's `int32(n)`: the low 32 bits (Volcano converts its int port flags this way).
@@ -94,4 +124,19 @@ pub(crate) fn require_task<'j>(
     job: &'j Job,
 ) -> Result<&'j TaskSpec, PluginError> {
     job.task(name).ok_or_else(|| PluginError::missing_task(plugin, flag, name, job))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_words_leave_dns_names_alone_and_quote_the_rest() {
+        assert_eq!(shell_word("j-head-0.j:6379"), "j-head-0.j:6379");
+        assert_eq!(shell_word("h$(id)"), "'h$(id)'");
+        // Whatever it is, a shell reads it back as the one word it was.
+        for s in ["h$(id)", "a b", "it's", "`rm -rf /`", "x;y&&z|w", "\"q\"", "$HOME"] {
+            assert_eq!(shlex::split(&shell_word(s)), Some(vec![s.to_owned()]), "{s}");
+        }
+    }
 }

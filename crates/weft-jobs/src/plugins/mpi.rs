@@ -24,7 +24,10 @@
 
 use k8s_openapi::api::core::v1::{ConfigMap, ConfigMapVolumeSource, Container, EnvVar, Pod, Volume, VolumeMount};
 
-use super::common::{check_port, env, go_int32, open_port, parse_args, require_task, task_gpus};
+use super::common::{
+    CONTAINER_PORT_REJECTED, check_port, env, go_int32, open_port, parse_args, require_task, task_gpus,
+    volcano_port_warning,
+};
 use crate::flags::FlagDef;
 use crate::job::TaskSpec;
 use crate::launch::{self, Wait};
@@ -90,6 +93,7 @@ pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
     let port = flags.int("port");
 
     if input.flavor == Flavor::Volcano {
+        warnings.extend(volcano_port_warning(NAME, "port", port, CONTAINER_PORT_REJECTED));
         if job.task(&master).is_none() {
             return Err(PluginError::Invalid {
                 plugin: NAME,

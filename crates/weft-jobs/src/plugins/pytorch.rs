@@ -19,7 +19,9 @@
 
 use k8s_openapi::api::core::v1::{Container, EnvVar, Pod};
 
-use super::common::{check_port, container_gpus, env, go_int32, open_port, parse_args};
+use super::common::{
+    CONTAINER_PORT_REJECTED, check_port, container_gpus, env, go_int32, open_port, parse_args, volcano_port_warning,
+};
 use crate::flags::FlagDef;
 use crate::launch::{self, Wait};
 use crate::naming;
@@ -76,6 +78,9 @@ pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
         return Ok(Box::new(Pytorch { inactive: true, warnings, ..Pytorch::new(master, worker, port) }));
     };
 
+    if !weft {
+        warnings.extend(volcano_port_warning(NAME, "port", port, CONTAINER_PORT_REJECTED));
+    }
     let wait_master = flags.bool("wait-master-enabled");
     let mut nproc = None;
     let mut weft_wait = None;
@@ -174,6 +179,8 @@ fn invalid(message: String) -> PluginError {
 
 /// Volcano's `wait-for-master` init container, script byte for byte.
 fn wait_for_master_container(image: &str, addr: &str, port: i64, timeout: i64) -> Container {
+    // The address is a DNS name, so quoting leaves it as it is, but nothing else reaches the shell.
+    let addr = super::common::shell_word(addr);
     let script = format!(
         r#"echo "Waiting for master node {addr}:{port} to be ready..."
 TIMEOUT={timeout}

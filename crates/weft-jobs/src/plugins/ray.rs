@@ -21,7 +21,9 @@
 use k8s_openapi::api::core::v1::{Container, ContainerPort, Pod, Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::common::{check_port, go_int32, parse_args, require_task};
+use super::common::{
+    CONTAINER_PORT_REJECTED, check_port, go_int32, parse_args, require_task, shell_word, volcano_port_warning,
+};
 use crate::flags::FlagDef;
 use crate::job::{Job, TaskSpec};
 use crate::launch::{self, Wait};
@@ -61,7 +63,7 @@ pub fn head_service_name(job: &str) -> String {
 pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
     let job = input.job;
     let weft = input.flavor == Flavor::Weft;
-    let (flags, warnings) = parse_args(NAME, FLAGS, WEFT_EXTRA_FLAGS, &input)?;
+    let (flags, mut warnings) = parse_args(NAME, FLAGS, WEFT_EXTRA_FLAGS, &input)?;
     let head = flags.string("head").to_owned();
     let worker = flags.string("worker").to_owned();
     let head_container = flags.string("headContainer").to_owned();
@@ -85,6 +87,11 @@ pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
         )));
     };
 
+    if !weft {
+        for (flag, port) in ports {
+            warnings.extend(volcano_port_warning(NAME, flag, port, CONTAINER_PORT_REJECTED));
+        }
+    }
     let mut wait = None;
     if weft {
         for (flag, port) in ports {
@@ -128,7 +135,7 @@ pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
         head_command: sh(format!(
             "ray start --head --block --dashboard-host=0.0.0.0 --port={gcs} --dashboard-port={dashboard} --ray-client-server-port={client}"
         )),
-        worker_command: sh(format!("ray start --block --address={head_addr}:{gcs}")),
+        worker_command: sh(format!("ray start --block --address={}", shell_word(&format!("{head_addr}:{gcs}")))),
         head,
         worker,
         head_container,

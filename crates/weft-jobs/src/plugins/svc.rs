@@ -25,7 +25,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use crate::flags::FlagDef;
 use crate::job::Job;
 use crate::naming;
-use crate::plugin::{self, BuildInput, JobObject, JobPlugin, ObjectContext, PluginError};
+use crate::plugin::{self, BuildInput, Flavor, JobObject, JobPlugin, ObjectContext, PluginError};
 
 /// The plugin's name.
 pub const NAME: &str = "svc";
@@ -83,10 +83,17 @@ pub fn hosts_data(job: &Job) -> BTreeMap<String, String> {
 
 /// Builds the plugin for one job.
 pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
-    let (flags, warnings) = super::common::parse_args(NAME, FLAGS, &[], &input)?;
+    let (flags, mut warnings) = super::common::parse_args(NAME, FLAGS, &[], &input)?;
     let job = input.job;
     let job_name = job.job_name().to_owned();
     let cm_name = config_map_name(&job_name);
+    if input.flavor == Flavor::Volcano && !flags.bool("inject-hosts-env") && !flags.was_given("inject-hosts-env") {
+        // Off without being set: a value Go could not parse stored false.
+        warnings.push(format!(
+            "plugin {NAME}: Volcano will use -inject-hosts-env=false: the pods get no VC_<task>_HOSTS and \
+             VC_<task>_NUM variables"
+        ));
+    }
 
     let host_env = if flags.bool("inject-hosts-env") {
         job.spec

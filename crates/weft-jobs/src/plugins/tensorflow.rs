@@ -68,8 +68,8 @@ pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
                 },
             });
         }
-        warnings
-            .push(format!("plugin {NAME}: -port {port} is not a TCP port; Volcano writes it into TF_CONFIG anyway"));
+        let consequence = format!("TF_CONFIG lists every host with it, so the workers will dial port {port}");
+        warnings.extend(super::common::volcano_port_warning(NAME, "port", port, &consequence));
     }
 
     // Role flag → the task it names.

@@ -315,7 +315,7 @@ impl WebhookState {
             _ => None,
         };
         let verdict = admission::validate_job(&job, old.as_ref(), &self.opts);
-        let Verdict { mut errors, mut warnings } = verdict;
+        let Verdict { mut errors, mut warnings, .. } = verdict;
         if let Some(old) = &old {
             // Ratchet: what the stored Job already got wrong does not block this update.
             let before = admission::validate_job(old, None, &self.opts).errors;
@@ -323,7 +323,7 @@ impl WebhookState {
             warnings.extend(known.into_iter().map(|e| format!("{e} (the stored Job has this problem too)")));
             errors = new;
         }
-        let verdict = Verdict { errors, warnings };
+        let verdict = Verdict { errors, warnings, unchecked: Vec::new() };
         if verdict.allowed() {
             Decision::allow().with_warnings(verdict.warnings)
         } else {
