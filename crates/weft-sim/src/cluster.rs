@@ -158,7 +158,7 @@ impl ClusterSpec {
         let mut counts: Vec<usize> = exact.iter().map(|x| x.floor() as usize).collect();
         let mut order: Vec<usize> = (0..counts.len()).collect();
         order.sort_by(|&a, &b| (exact[b] - counts[b] as f64).total_cmp(&(exact[a] - counts[a] as f64)).then(a.cmp(&b)));
-        let short = nodes - counts.iter().sum::<usize>();
+        let short = nodes.saturating_sub(counts.iter().sum::<usize>());
         for &i in order.iter().take(short) {
             counts[i] += 1;
         }
@@ -190,6 +190,10 @@ impl ClusterSpec {
 
     /// Build the cluster; file topologies are resolved relative to `base_dir`.
     pub fn build(&self, base_dir: Option<&Path>) -> Result<Cluster, SimError> {
+        let nodes: u128 = self.node_types.iter().map(|t| t.count as u128).sum();
+        if nodes > crate::MAX_NODES as u128 {
+            return Err(SimError::TooLarge { what: "nodes".into(), asked: nodes, limit: crate::MAX_NODES });
+        }
         let mut types = Vec::new();
         let mut nodes = Vec::new();
         for (t, spec) in self.node_types.iter().enumerate() {

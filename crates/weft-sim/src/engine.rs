@@ -16,11 +16,13 @@
 //! fragmentation this model measures.
 
 use std::cmp::{Ordering, Reverse};
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::time::Instant;
 
+use ftree::FenwickTree;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use weft_alloc::{Policy, Request, ScoreCache, ScoreConfig, allocate, stranded_gpus};
 
@@ -122,72 +124,458 @@ struct State<'c> {
 
 impl<'c> State<'c> {
     fn new(cluster: &'c Cluster) -> State<'c> {
-        let free: Vec<u128> = cluster
-            .nodes
-            .iter()
-            .map(|n| {
-                let g = cluster.types[n.node_type].topology.gpu_count();
-                if g == 128 { u128::MAX } else { (1u128 << g) - 1 }
-            })
-            .collect();
+        let free: Vec<u128> =
+            cluster.nodes.iter().map(|n| all_gpus(cluster.types[n.node_type].topology.gpu_count())).collect();
         let total_free = free.iter().map(|m| m.count_ones() as usize).sum();
         let stranded = vec![0; free.len()];
         State { cluster, free, stranded, total_stranded: 0, total_free }
     }
 
-    fn set_free(&mut self, node: usize, mask: u128) {
+    /// Set a node's free GPUs; returns the set it had.
+    fn set_free(&mut self, node: usize, mask: u128) -> u128 {
         let prepared = &self.cluster.types[self.cluster.nodes[node].node_type].prepared;
-        self.total_free = self.total_free + mask.count_ones() as usize - self.free[node].count_ones() as usize;
+        let old = self.free[node];
+        self.total_free = self.total_free + mask.count_ones() as usize - old.count_ones() as usize;
         self.free[node] = mask;
         let s = stranded_gpus(prepared, mask);
         self.total_stranded = self.total_stranded + s - self.stranded[node];
         self.stranded[node] = s;
+        old
     }
+}
+
+/// Every GPU of a node with `gpus` GPUs.
+fn all_gpus(gpus: usize) -> u128 {
+    if gpus >= 128 { u128::MAX } else { (1u128 << gpus) - 1 }
 }
 
 fn mask_to_vec(mask: u128) -> Vec<usize> {
     (0..128).filter(|&i| mask & (1u128 << i) != 0).collect()
 }
 
-/// go-gpuallocator-style node-local allocation: the best-effort objective for ≥ 2 GPUs, the lowest
-/// free GPU for 1 (upstream's behaviour, reference §1.3).
-fn gpuallocator_style(cluster: &Cluster, node: usize, free: u128, count: usize) -> Result<Vec<usize>, SimError> {
-    let avail = mask_to_vec(free);
-    if count == 1 {
-        return Ok(vec![avail[0]]);
-    }
-    let prepared = &cluster.types[cluster.nodes[node].node_type].prepared;
-    Ok(allocate(prepared, &Policy::BestEffort, &Request { count, available: &avail, required: &[] })?.gpus)
+fn vec_to_mask(gpus: &[usize]) -> u128 {
+    gpus.iter().fold(0u128, |m, &g| m | (1u128 << g))
 }
 
-/// Run one policy over the pod stream. `progress` is called with the number of pods handled so far.
+/// go-gpuallocator-style node-local allocation: the best-effort objective for ≥ 2 GPUs, the lowest
+/// free GPU for 1 (upstream's behaviour, reference §1.3).
+fn gpuallocator_style(cluster: &Cluster, node: usize, free: u128, count: usize) -> Result<u128, SimError> {
+    if count == 1 {
+        return Ok(free & free.wrapping_neg());
+    }
+    let prepared = &cluster.types[cluster.nodes[node].node_type].prepared;
+    let avail = mask_to_vec(free);
+    Ok(vec_to_mask(
+        &allocate(prepared, &Policy::BestEffort, &Request { count, available: &avail, required: &[] })?.gpus,
+    ))
+}
+
+/// The distinct GPU counts the stream asks for, ascending: each index keeps one view per size.
+#[derive(Clone, Debug)]
+struct Sizes(Vec<usize>);
+
+impl Sizes {
+    fn of(pods: &[SimPod]) -> Sizes {
+        let mut v: Vec<usize> = pods.iter().map(|p| p.gpus).collect();
+        v.sort_unstable();
+        v.dedup();
+        Sizes(v)
+    }
+
+    /// Position of a size, if the stream asks for it.
+    fn index(&self, gpus: usize) -> Option<usize> {
+        self.0.binary_search(&gpus).ok()
+    }
+}
+
+/// weft's node choice without scanning every node. Nodes of one type with the same free set score
+/// alike for every size, so they form one group, scored once when the group appears; per size, a
+/// ranking holds each group that can take the size under the key of the scan it replaces (score
+/// descending, free GPUs ascending, lowest node), and its first entry is the scan's answer.
+struct WeftIndex<'c> {
+    cluster: &'c Cluster,
+    config: ScoreConfig,
+    sizes: Sizes,
+    cache: ScoreCache,
+    groups: FxHashMap<(usize, u128), Group>,
+    ranking: Vec<BTreeSet<(Reverse<u8>, u32, usize)>>,
+}
+
+/// The nodes of one (type, free set), and per size the score and set weft would give.
+struct Group {
+    nodes: BTreeSet<usize>,
+    fits: Vec<Option<(u8, u128)>>,
+}
+
+impl<'c> WeftIndex<'c> {
+    fn new(cluster: &'c Cluster, state: &State<'_>, sizes: Sizes, config: &ScoreConfig) -> WeftIndex<'c> {
+        let ranking = vec![BTreeSet::new(); sizes.0.len()];
+        let mut index = WeftIndex {
+            cluster,
+            config: config.clone(),
+            sizes,
+            cache: ScoreCache::new(),
+            groups: FxHashMap::default(),
+            ranking,
+        };
+        for (n, &mask) in state.free.iter().enumerate() {
+            index.join(n, mask);
+        }
+        index
+    }
+
+    fn key(&self, node: usize, mask: u128) -> (usize, u128) {
+        (self.cluster.nodes[node].node_type, mask)
+    }
+
+    /// Re-rank a group whose lowest node went from `before` to `after`.
+    fn rerank(&mut self, key: (usize, u128), before: Option<usize>, after: Option<usize>) {
+        if before == after {
+            return;
+        }
+        let Some(group) = self.groups.get(&key) else { return };
+        let free = key.1.count_ones();
+        for (k, fit) in group.fits.iter().enumerate() {
+            let Some((score, _)) = *fit else { continue };
+            if let Some(b) = before {
+                self.ranking[k].remove(&(Reverse(score), free, b));
+            }
+            if let Some(a) = after {
+                self.ranking[k].insert((Reverse(score), free, a));
+            }
+        }
+    }
+
+    fn join(&mut self, node: usize, mask: u128) {
+        let key = self.key(node, mask);
+        if !self.groups.contains_key(&key) {
+            let prepared = &self.cluster.types[key.0].prepared;
+            let free = mask_to_vec(mask);
+            let fits = self
+                .sizes
+                .0
+                .iter()
+                .map(|&size| {
+                    if size > free.len() {
+                        return None;
+                    }
+                    // A set the allocator refuses leaves the node out, as the scan skipped it.
+                    let fit = self.cache.score(prepared, &free, size, &self.config).ok()?;
+                    Some((fit.score, vec_to_mask(&fit.gpus)))
+                })
+                .collect();
+            self.groups.insert(key, Group { nodes: BTreeSet::new(), fits });
+        }
+        let Some(group) = self.groups.get_mut(&key) else { return };
+        let before = group.nodes.first().copied();
+        group.nodes.insert(node);
+        let after = group.nodes.first().copied();
+        self.rerank(key, before, after);
+    }
+
+    fn leave(&mut self, node: usize, mask: u128) {
+        let key = self.key(node, mask);
+        let Some(group) = self.groups.get_mut(&key) else { return };
+        let before = group.nodes.first().copied();
+        group.nodes.remove(&node);
+        let after = group.nodes.first().copied();
+        self.rerank(key, before, after);
+        if after.is_none() {
+            self.groups.remove(&key);
+        }
+    }
+
+    fn choose(&self, state: &State<'_>, gpus: usize) -> Option<(usize, u128)> {
+        let k = self.sizes.index(gpus)?;
+        let &(_, _, node) = self.ranking[k].first()?;
+        let group = self.groups.get(&self.key(node, state.free[node]))?;
+        let (_, set) = group.fits[k]?;
+        Some((node, set))
+    }
+}
+
+/// The blind policy's candidates without a scan: per size, a Fenwick tree over the nodes (1 where a
+/// node has that many free GPUs), so the scan's `fits[r]`, the r-th fitting node by number, is found
+/// in O(log nodes) and the seeded random draw is the same.
+struct FitIndex {
+    sizes: Sizes,
+    fits: Vec<FenwickTree<usize>>,
+    counts: Vec<usize>,
+}
+
+impl FitIndex {
+    fn new(state: &State<'_>, sizes: Sizes) -> FitIndex {
+        let mut fits = Vec::with_capacity(sizes.0.len());
+        let mut counts = Vec::with_capacity(sizes.0.len());
+        for &size in &sizes.0 {
+            let bits: Vec<usize> = state.free.iter().map(|m| usize::from(m.count_ones() as usize >= size)).collect();
+            counts.push(bits.iter().sum());
+            fits.push(bits.into_iter().collect());
+        }
+        FitIndex { sizes, fits, counts }
+    }
+
+    fn moved(&mut self, node: usize, old: u128, new: u128) {
+        let (old, new) = (old.count_ones() as usize, new.count_ones() as usize);
+        for (k, &size) in self.sizes.0.iter().enumerate() {
+            match (old >= size, new >= size) {
+                (false, true) => {
+                    self.fits[k].add_at(node, 1);
+                    self.counts[k] += 1;
+                }
+                (true, false) => {
+                    self.fits[k].sub_at(node, 1);
+                    self.counts[k] -= 1;
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// How many nodes have `gpus` free.
+    fn count(&self, gpus: usize) -> usize {
+        self.sizes.index(gpus).map_or(0, |k| self.counts[k])
+    }
+
+    /// The node with `gpus` free that is `rank`-th (from 0) by node number; `rank < count(gpus)`.
+    fn nth(&self, gpus: usize, rank: usize) -> Option<usize> {
+        Some(self.fits[self.sizes.index(gpus)?].index_of(rank + 1))
+    }
+}
+
+/// kube-scheduler's LeastAllocated choice without a scan: per size, the nodes that can take it keyed
+/// by free share (largest first; the share is a non-negative float, whose bits order as its values)
+/// and node number, as the scan's strict `>` kept the lowest node of a tie.
+struct ShareIndex<'c> {
+    cluster: &'c Cluster,
+    sizes: Sizes,
+    ranking: Vec<BTreeSet<(Reverse<u64>, usize)>>,
+}
+
+impl<'c> ShareIndex<'c> {
+    fn new(cluster: &'c Cluster, state: &State<'_>, sizes: Sizes) -> ShareIndex<'c> {
+        let ranking = vec![BTreeSet::new(); sizes.0.len()];
+        let mut index = ShareIndex { cluster, sizes, ranking };
+        for (n, &mask) in state.free.iter().enumerate() {
+            index.moved(n, 0, mask);
+        }
+        index
+    }
+
+    fn share(&self, node: usize, free: usize) -> Reverse<u64> {
+        let total = self.cluster.types[self.cluster.nodes[node].node_type].topology.gpu_count();
+        Reverse((free as f64 / total as f64).to_bits())
+    }
+
+    fn moved(&mut self, node: usize, old: u128, new: u128) {
+        let (old, new) = (old.count_ones() as usize, new.count_ones() as usize);
+        for k in 0..self.sizes.0.len() {
+            let size = self.sizes.0[k];
+            if old >= size {
+                let key = (self.share(node, old), node);
+                self.ranking[k].remove(&key);
+            }
+            if new >= size {
+                let key = (self.share(node, new), node);
+                self.ranking[k].insert(key);
+            }
+        }
+    }
+
+    fn choose(&self, gpus: usize) -> Option<usize> {
+        self.ranking[self.sizes.index(gpus)?].first().map(|&(_, n)| n)
+    }
+}
+
+/// Where a policy looks for a node.
+enum Chooser<'c> {
+    Weft(WeftIndex<'c>),
+    Blind(FitIndex),
+    LeastAllocated(ShareIndex<'c>),
+    /// The scans the indexes replace, kept to check them against.
+    #[cfg(test)]
+    Scan(PlacementPolicy, ScoreConfig, ScoreCache),
+}
+
+impl<'c> Chooser<'c> {
+    fn new(
+        cluster: &'c Cluster,
+        state: &State<'_>,
+        pods: &[SimPod],
+        policy: PlacementPolicy,
+        cfg: &ScoreConfig,
+    ) -> Self {
+        let sizes = Sizes::of(pods);
+        match policy {
+            PlacementPolicy::Weft => Chooser::Weft(WeftIndex::new(cluster, state, sizes, cfg)),
+            PlacementPolicy::Blind => Chooser::Blind(FitIndex::new(state, sizes)),
+            PlacementPolicy::LeastAllocated => Chooser::LeastAllocated(ShareIndex::new(cluster, state, sizes)),
+        }
+    }
+
+    /// A node's free set went from `old` to `new`.
+    fn moved(&mut self, node: usize, old: u128, new: u128) {
+        match self {
+            Chooser::Weft(index) => {
+                index.leave(node, old);
+                index.join(node, new);
+            }
+            Chooser::Blind(index) => index.moved(node, old, new),
+            Chooser::LeastAllocated(index) => index.moved(node, old, new),
+            #[cfg(test)]
+            Chooser::Scan(..) => {}
+        }
+    }
+
+    /// The node and GPU set for a pod of `gpus` GPUs, or None if no node can take it.
+    fn choose(
+        &mut self,
+        state: &State<'_>,
+        gpus: usize,
+        rng: &mut ChaCha8Rng,
+    ) -> Result<Option<(usize, u128)>, SimError> {
+        let cluster = state.cluster;
+        Ok(match self {
+            Chooser::Weft(index) => index.choose(state, gpus),
+            Chooser::Blind(index) => match index.count(gpus) {
+                0 => None,
+                len => match index.nth(gpus, rng.random_range(0..len)) {
+                    Some(n) => Some((n, gpuallocator_style(cluster, n, state.free[n], gpus)?)),
+                    None => None,
+                },
+            },
+            Chooser::LeastAllocated(index) => match index.choose(gpus) {
+                Some(n) => Some((n, gpuallocator_style(cluster, n, state.free[n], gpus)?)),
+                None => None,
+            },
+            #[cfg(test)]
+            Chooser::Scan(policy, cfg, cache) => scan(state, *policy, gpus, cfg, cache, rng)?,
+        })
+    }
+}
+
+/// The policies as plain scans over every node (what the indexes must agree with).
+#[cfg(test)]
+fn scan(
+    state: &State<'_>,
+    policy: PlacementPolicy,
+    gpus: usize,
+    cfg: &ScoreConfig,
+    cache: &mut ScoreCache,
+    rng: &mut ChaCha8Rng,
+) -> Result<Option<(usize, u128)>, SimError> {
+    let cluster = state.cluster;
+    let free_count = |n: usize| state.free[n].count_ones() as usize;
+    Ok(match policy {
+        PlacementPolicy::Weft => {
+            let mut best: Option<(u8, u32, usize, u128)> = None;
+            for (n, node) in cluster.nodes.iter().enumerate() {
+                if free_count(n) < gpus {
+                    continue;
+                }
+                let prepared = &cluster.types[node.node_type].prepared;
+                let Ok(fit) = cache.score(prepared, &mask_to_vec(state.free[n]), gpus, cfg) else { continue };
+                let fc = state.free[n].count_ones();
+                if best.as_ref().is_none_or(|(s, f, _, _)| fit.score > *s || (fit.score == *s && fc < *f)) {
+                    best = Some((fit.score, fc, n, vec_to_mask(&fit.gpus)));
+                }
+            }
+            best.map(|(_, _, n, g)| (n, g))
+        }
+        PlacementPolicy::Blind => {
+            let fits: Vec<usize> = (0..cluster.nodes.len()).filter(|&n| free_count(n) >= gpus).collect();
+            if fits.is_empty() {
+                None
+            } else {
+                let n = fits[rng.random_range(0..fits.len())];
+                Some((n, gpuallocator_style(cluster, n, state.free[n], gpus)?))
+            }
+        }
+        PlacementPolicy::LeastAllocated => {
+            let mut best: Option<(f64, usize)> = None;
+            for n in 0..cluster.nodes.len() {
+                if free_count(n) < gpus {
+                    continue;
+                }
+                let share =
+                    free_count(n) as f64 / cluster.types[cluster.nodes[n].node_type].topology.gpu_count() as f64;
+                if best.is_none_or(|(s, _)| share > s) {
+                    best = Some((share, n));
+                }
+            }
+            match best {
+                Some((_, n)) => Some((n, gpuallocator_style(cluster, n, state.free[n], gpus)?)),
+                None => None,
+            }
+        }
+    })
+}
+
+/// How far a run has got, for progress displays.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Pods handled (placed or not).
+    pub handled: usize,
+    /// Pods placed so far.
+    pub placed: usize,
+}
+
+/// Run one policy over the pod stream. `progress` is called now and then with how far it has got,
+/// and once at the end.
+///
+/// Each decision costs O(sizes · log nodes), not a scan of the nodes: see [`WeftIndex`],
+/// [`FitIndex`] and [`ShareIndex`]; the scans they replace are kept in the tests, which check that
+/// both make every decision alike.
 pub fn run_policy(
     cluster: &Cluster,
     pods: &[SimPod],
     policy: PlacementPolicy,
     score_config: &ScoreConfig,
     seed: u64,
-    progress: &mut dyn FnMut(usize),
+    progress: &mut dyn FnMut(Progress),
+) -> Result<PolicyReport, SimError> {
+    check_pods(pods)?;
+    let state = State::new(cluster);
+    let chooser = Chooser::new(cluster, &state, pods, policy, score_config);
+    run(state, chooser, pods, policy, seed, progress, None)
+}
+
+/// Pods the engine cannot take: none of 0 GPUs (the workload readers refuse them already).
+fn check_pods(pods: &[SimPod]) -> Result<(), SimError> {
+    match pods.iter().find(|p| p.gpus == 0) {
+        Some(p) => Err(SimError::Format {
+            source_name: "workload".into(),
+            message: format!("pod '{}' requests no GPU; the simulator places GPU pods", p.name),
+        }),
+        None => Ok(()),
+    }
+}
+
+fn run(
+    mut state: State<'_>,
+    mut chooser: Chooser<'_>,
+    pods: &[SimPod],
+    policy: PlacementPolicy,
+    seed: u64,
+    progress: &mut dyn FnMut(Progress),
+    mut trace: Option<&mut Vec<Option<(usize, u128)>>>,
 ) -> Result<PolicyReport, SimError> {
     let started = Instant::now();
-    let mut state = State::new(cluster);
+    let cluster = state.cluster;
     let mut departures: BinaryHeap<Reverse<Departure>> = BinaryHeap::new();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    // Nodes of one type in the same state score the same: the cache computes each (type, free set,
-    // size) once.
-    let mut fit_cache = ScoreCache::new();
     let mut by_size: BTreeMap<usize, SizeCount> = BTreeMap::new();
     let mut bandwidths: Vec<f64> = Vec::new();
     let mut all_nvlink = 0usize;
     let (mut placed, mut unplaced) = (0usize, 0usize);
     let (mut stranded_sum, mut free_sum) = (0f64, 0f64);
-    let step = (pods.len() / 100).max(1);
+    let step = (pods.len() / 1000).max(1);
 
     for (i, pod) in pods.iter().enumerate() {
         while departures.peek().is_some_and(|d| d.0.at <= pod.arrival) {
             if let Some(Reverse(d)) = departures.pop() {
-                let mask = state.free[d.node] | d.gpus;
-                state.set_free(d.node, mask);
+                let old = state.set_free(d.node, state.free[d.node] | d.gpus);
+                chooser.moved(d.node, old, state.free[d.node]);
             }
         }
         stranded_sum += state.total_stranded as f64;
@@ -195,74 +583,22 @@ pub fn run_policy(
         let entry = by_size.entry(pod.gpus).or_default();
         entry.offered += 1;
 
-        let choice: Option<(usize, Vec<usize>)> = match policy {
-            PlacementPolicy::Weft => {
-                let mut best: Option<(u8, u32, usize, Vec<usize>)> = None;
-                for (n, node) in cluster.nodes.iter().enumerate() {
-                    let free = state.free[n];
-                    if (free.count_ones() as usize) < pod.gpus {
-                        continue;
-                    }
-                    let prepared = &cluster.types[node.node_type].prepared;
-                    let Ok(fit) = fit_cache.score(prepared, &mask_to_vec(free), pod.gpus, score_config) else {
-                        continue;
-                    };
-                    let free_count = free.count_ones();
-                    let better = match &best {
-                        None => true,
-                        Some((s, fc, _, _)) => fit.score > *s || (fit.score == *s && free_count < *fc),
-                    };
-                    if better {
-                        best = Some((fit.score, free_count, n, fit.gpus));
-                    }
-                }
-                best.map(|(_, _, n, g)| (n, g))
-            }
-            PlacementPolicy::Blind => {
-                let fits: Vec<usize> =
-                    (0..cluster.nodes.len()).filter(|&n| state.free[n].count_ones() as usize >= pod.gpus).collect();
-                if fits.is_empty() {
-                    None
-                } else {
-                    let n = fits[rng.random_range(0..fits.len())];
-                    Some((n, gpuallocator_style(cluster, n, state.free[n], pod.gpus)?))
-                }
-            }
-            PlacementPolicy::LeastAllocated => {
-                let mut best: Option<(f64, usize)> = None;
-                for n in 0..cluster.nodes.len() {
-                    let free = state.free[n].count_ones() as usize;
-                    if free < pod.gpus {
-                        continue;
-                    }
-                    let total = cluster.types[cluster.nodes[n].node_type].topology.gpu_count();
-                    let share = free as f64 / total as f64;
-                    if best.is_none_or(|(s, _)| share > s) {
-                        best = Some((share, n));
-                    }
-                }
-                match best {
-                    Some((_, n)) => Some((n, gpuallocator_style(cluster, n, state.free[n], pod.gpus)?)),
-                    None => None,
-                }
-            }
-        };
-
+        let choice = chooser.choose(&state, pod.gpus, &mut rng)?;
+        if let Some(t) = trace.as_deref_mut() {
+            t.push(choice);
+        }
         match choice {
-            Some((n, gpus)) => {
-                let mut mask = 0u128;
-                for &g in &gpus {
-                    mask |= 1u128 << g;
-                }
+            Some((n, mask)) => {
                 debug_assert_eq!(state.free[n] & mask, mask, "allocated GPUs must be free");
-                debug_assert_eq!(gpus.len(), pod.gpus);
-                let remaining = state.free[n] & !mask;
-                state.set_free(n, remaining);
+                debug_assert_eq!(mask.count_ones() as usize, pod.gpus);
+                let old = state.set_free(n, state.free[n] & !mask);
+                chooser.moved(n, old, state.free[n]);
                 departures.push(Reverse(Departure { at: pod.arrival + pod.duration, node: n, gpus: mask }));
                 placed += 1;
                 entry.placed += 1;
-                if gpus.len() >= 2 {
+                if pod.gpus >= 2 {
                     let topo = &cluster.types[cluster.nodes[n].node_type].topology;
+                    let gpus = mask_to_vec(mask);
                     bandwidths.push(topo.mean_pair_bandwidth_gbps(&gpus));
                     all_nvlink += usize::from(topo.all_nvlinked(&gpus));
                 }
@@ -270,10 +606,10 @@ pub fn run_policy(
             None => unplaced += 1,
         }
         if i % step == 0 {
-            progress(i);
+            progress(Progress { handled: i + 1, placed });
         }
     }
-    progress(pods.len());
+    progress(Progress { handled: pods.len(), placed });
 
     let multi = bandwidths.len();
     let mean_bw = if multi == 0 { 0.0 } else { bandwidths.iter().sum::<f64>() / multi as f64 };
@@ -294,4 +630,116 @@ pub fn run_policy(
         stranded_share_of_free: if free_sum > 0.0 { stranded_sum / free_sum } else { 0.0 },
         run_ms: started.elapsed().as_secs_f64() * 1000.0,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::cluster::{ClusterSpec, NodeTypeSpec, builtin_types};
+    use crate::workload::Generate;
+
+    /// Every decision of a run: the node and GPU set per pod, or None.
+    fn trace(
+        cluster: &Cluster,
+        pods: &[SimPod],
+        policy: PlacementPolicy,
+        cfg: &ScoreConfig,
+        seed: u64,
+        scan_only: bool,
+    ) -> (Vec<Option<(usize, u128)>>, PolicyReport) {
+        let state = State::new(cluster);
+        let chooser = if scan_only {
+            Chooser::Scan(policy, cfg.clone(), ScoreCache::new())
+        } else {
+            Chooser::new(cluster, &state, pods, policy, cfg)
+        };
+        let mut decisions = Vec::new();
+        let report = run(state, chooser, pods, policy, seed, &mut |_| {}, Some(&mut decisions)).unwrap();
+        (decisions, report)
+    }
+
+    fn cluster(counts: &[usize]) -> Cluster {
+        let types = builtin_types();
+        let spec = ClusterSpec {
+            api_version: crate::API_VERSION.into(),
+            kind: "SimCluster".into(),
+            node_types: counts
+                .iter()
+                .zip(&types)
+                .map(|(&count, (name, _))| NodeTypeSpec {
+                    name: name.to_string(),
+                    topology: format!("builtin:{name}"),
+                    count,
+                })
+                .collect(),
+        };
+        spec.build(None).unwrap()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
+
+        /// The indexes decide exactly as the scans over every node do, pod by pod, for every policy:
+        /// mixed node types, pod sizes some nodes cannot take (3, 5, 16), loads from light to far
+        /// over capacity, any remainder weight and seed.
+        #[test]
+        fn indexes_decide_as_the_scans_do(
+            counts in proptest::collection::vec(0usize..6, 8),
+            sizes in proptest::collection::btree_map(prop::sample::select(vec![1usize, 2, 3, 4, 5, 8, 16]), 0.05f64..1.0, 1..5),
+            pods in 50usize..400,
+            load in 0.3f64..3.0,
+            weight in 0.0f64..1.0,
+            seed in any::<u64>(),
+        ) {
+            let mut counts = counts;
+            if counts.iter().all(|&c| c == 0) {
+                counts[seed as usize % 8] = 1;
+            }
+            let cluster = cluster(&counts);
+            let mean_size: f64 = sizes.iter().map(|(s, p)| *s as f64 * p).sum::<f64>() / sizes.values().sum::<f64>();
+            let generate = Generate {
+                pods,
+                seed,
+                sizes,
+                mean_interarrival_seconds: 3600.0 * mean_size / (load * cluster.total_gpus() as f64),
+                mean_duration_seconds: 3600.0,
+            };
+            let stream = generate.pods().unwrap();
+            let cfg = ScoreConfig { remainder_weight: weight };
+            for policy in PlacementPolicy::ALL {
+                let (indexed, a) = trace(&cluster, &stream, policy, &cfg, seed, false);
+                let (scanned, b) = trace(&cluster, &stream, policy, &cfg, seed, true);
+                if let Some(i) = (0..stream.len()).find(|&i| indexed[i] != scanned[i]) {
+                    prop_assert!(false, "{}: pod {i} ({} GPUs): index chose {:?}, scan {:?}",
+                        policy.name(), stream[i].gpus, indexed[i], scanned[i]);
+                }
+                prop_assert_eq!(PolicyReport { run_ms: 0.0, ..a }, PolicyReport { run_ms: 0.0, ..b });
+            }
+        }
+    }
+
+    #[test]
+    fn a_pod_of_no_gpus_is_an_error_naming_it() {
+        let cluster = cluster(&[1]);
+        let pods = vec![SimPod { name: "idle".into(), gpus: 0, arrival: 0.0, duration: 1.0 }];
+        let e = run_policy(&cluster, &pods, PlacementPolicy::Weft, &ScoreConfig::default(), 1, &mut |_| {})
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("'idle'") && e.contains("no GPU"), "{e}");
+    }
+
+    #[test]
+    fn progress_ends_with_every_pod_handled_and_the_placed_count() {
+        let cluster = cluster(&[2, 0, 1]);
+        let pods = Generate::default_for(cluster.total_gpus(), 300, 5).pods().unwrap();
+        let mut seen = Vec::new();
+        let report =
+            run_policy(&cluster, &pods, PlacementPolicy::Blind, &ScoreConfig::default(), 5, &mut |p| seen.push(p))
+                .unwrap();
+        assert_eq!(seen.last(), Some(&Progress { handled: 300, placed: report.placed }));
+        assert!(seen.windows(2).all(|w| w[0].handled <= w[1].handled && w[0].placed <= w[1].placed));
+        assert!(seen.len() > 2, "progress is reported along the way: {seen:?}");
+    }
 }

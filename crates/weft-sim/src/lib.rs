@@ -13,8 +13,13 @@ use thiserror::Error;
 use weft_alloc::ScoreConfig;
 
 pub use cluster::{Cluster, ClusterSpec, builtin_topology, builtin_types};
-pub use engine::{PlacementPolicy, PolicyReport, run_policy};
+pub use engine::{PlacementPolicy, PolicyReport, Progress, run_policy};
 pub use workload::{Generate, SimPod, parse_workload, read_workload};
+
+/// Most nodes a simulated cluster may have (a few hundred bytes each, plus the policies' indexes).
+pub const MAX_NODES: usize = 1_000_000;
+/// Most pods a workload may have (about 100 bytes each while a run lasts).
+pub const MAX_PODS: usize = 10_000_000;
 
 /// `apiVersion` of the simulator's files.
 pub const API_VERSION: &str = "weft.io/v1alpha1";
@@ -50,6 +55,16 @@ pub enum SimError {
     /// The cluster has no nodes.
     #[error("the cluster has no nodes")]
     EmptyCluster,
+    /// A cluster or workload larger than the simulator takes.
+    #[error("{what}: {asked} is more than the simulator takes (at most {limit})")]
+    TooLarge {
+        /// What is too large.
+        what: String,
+        /// Size asked for.
+        asked: u128,
+        /// The limit.
+        limit: usize,
+    },
     /// A topology failed to load.
     #[error(transparent)]
     Topology(#[from] weft_topology::TopologyError),
@@ -78,8 +93,12 @@ pub struct WorkloadSummary {
     pub pods: usize,
     /// Pods per GPU count.
     pub by_size: BTreeMap<usize, usize>,
-    /// GPU-seconds offered per GPU-second of cluster capacity over the arrival window.
+    /// GPU-seconds offered per GPU-second of cluster capacity over the arrival window (what the drawn
+    /// stream really offers; a generated one scatters around its target).
     pub offered_load: f64,
+    /// The load a generated stream was drawn for, when the caller knows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_load: Option<f64>,
 }
 
 /// The whole report of `weft simulate`.
@@ -101,7 +120,7 @@ pub fn simulate(
     policies: &[PlacementPolicy],
     score_config: &ScoreConfig,
     seed: u64,
-    progress: &mut dyn FnMut(usize, usize),
+    progress: &mut dyn FnMut(usize, Progress),
 ) -> Result<SimReport, SimError> {
     let mut node_types = BTreeMap::new();
     for n in &cluster.nodes {
@@ -112,11 +131,12 @@ pub fn simulate(
         *by_size.entry(p.gpus).or_insert(0) += 1;
     }
     let window = pods.last().map_or(0.0, |p| p.arrival).max(1e-9);
-    let gpu_seconds: f64 = pods.iter().map(|p| p.gpus as f64 * p.duration).sum();
+    // A fold from +0.0: an empty float sum is -0.0, which prints as "-0%".
+    let gpu_seconds: f64 = pods.iter().fold(0.0, |sum, p| sum + p.gpus as f64 * p.duration);
     let gpus = cluster.total_gpus();
     let mut reports = Vec::with_capacity(policies.len());
     for (i, &policy) in policies.iter().enumerate() {
-        reports.push(run_policy(cluster, pods, policy, score_config, seed, &mut |done| progress(i, done))?);
+        reports.push(run_policy(cluster, pods, policy, score_config, seed, &mut |p| progress(i, p))?);
     }
     Ok(SimReport {
         cluster: ClusterSummary { nodes: cluster.nodes.len(), gpus, node_types },
@@ -124,6 +144,7 @@ pub fn simulate(
             pods: pods.len(),
             by_size,
             offered_load: gpu_seconds / (window * gpus.max(1) as f64),
+            target_load: None,
         },
         policies: reports,
     })

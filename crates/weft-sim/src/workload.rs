@@ -68,13 +68,17 @@ pub struct Generate {
 }
 
 impl Generate {
+    /// The share of the cluster's GPUs the default stream offers, in expectation.
+    pub const DEFAULT_LOAD: f64 = 0.95;
+
     /// The default stream for a cluster of `total_gpus`: a 1/2/4/8 mix and an arrival rate that offers
-    /// about 95% of the cluster's GPUs, so placement quality decides who fits.
+    /// [`Self::DEFAULT_LOAD`] of the cluster's GPUs in expectation, so placement quality decides who
+    /// fits. The load a drawn stream really offers scatters around it (the report shows both).
     pub fn default_for(total_gpus: usize, pods: usize, seed: u64) -> Generate {
         let sizes: BTreeMap<usize, f64> = [(1, 0.45), (2, 0.25), (4, 0.18), (8, 0.12)].into_iter().collect();
         let mean_size: f64 = sizes.iter().map(|(s, p)| *s as f64 * p).sum();
         let mean_duration_seconds = 3600.0;
-        let offered = 0.95 * total_gpus.max(1) as f64;
+        let offered = Self::DEFAULT_LOAD * total_gpus.max(1) as f64;
         Generate {
             pods,
             seed,
@@ -87,6 +91,9 @@ impl Generate {
     /// Produce the pods.
     pub fn pods(&self) -> Result<Vec<SimPod>, SimError> {
         let bad = |m: String| SimError::Format { source_name: "generate".into(), message: m };
+        if self.pods > crate::MAX_PODS {
+            return Err(SimError::TooLarge { what: "pods".into(), asked: self.pods as u128, limit: crate::MAX_PODS });
+        }
         let total: f64 = self.sizes.values().sum();
         let positive = |x: f64| x.is_finite() && x > 0.0;
         if self.sizes.is_empty() || !positive(total) || self.sizes.values().any(|p| !p.is_finite() || *p < 0.0) {
@@ -242,6 +249,9 @@ pub fn parse_workload(text: &str, source_name: &str) -> Result<Vec<SimPod>, SimE
             }
             Ok(x)
         };
+        if pods.len() == crate::MAX_PODS {
+            return Err(fmt(format!("more than {} pods; the simulator takes at most that many", crate::MAX_PODS)));
+        }
         pods.push(SimPod {
             name,
             gpus,

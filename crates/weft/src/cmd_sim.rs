@@ -1,12 +1,13 @@
 //! `weft simulate`.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{HumanCount, MultiProgress, ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 use weft_alloc::ScoreConfig;
-use weft_sim::{ClusterSpec, Generate, PlacementPolicy, SimReport, builtin_types, read_workload, simulate};
+use weft_sim::{ClusterSpec, Generate, PlacementPolicy, Progress, SimReport, builtin_types, read_workload, simulate};
 
 use crate::output::{Output, print_json, score_config, table};
 
@@ -19,10 +20,10 @@ pub struct SimulateArgs {
     /// and `sim.weft.io/duration` annotations; default: a generated stream.
     #[arg(long, value_name = "FILE")]
     workload: Option<PathBuf>,
-    /// Scale the cluster to this many nodes, keeping its mix of node types.
+    /// Scale the cluster to this many nodes (at most 1,000,000), keeping its mix of node types.
     #[arg(long, value_name = "N")]
     nodes: Option<usize>,
-    /// Pods in the default generated stream.
+    /// Pods in the default generated stream (at most 10,000,000).
     #[arg(long, default_value_t = 5000)]
     pods: usize,
     /// Seed of the generated stream and of the blind policy's choices.
@@ -72,7 +73,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         for (n, d) in builtin_types() {
             t.add_row(vec![n.to_string(), format!("builtin:{n}"), d.to_string()]);
         }
-        println!("{t}");
+        outln!("{t}")?;
         return Ok(());
     }
     let spec = match &args.cluster {
@@ -81,6 +82,9 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     };
     let spec = match args.nodes {
         Some(0) => anyhow::bail!("--nodes must be at least 1"),
+        Some(n) if n > weft_sim::MAX_NODES => {
+            anyhow::bail!("--nodes {n} is more than the simulator takes (at most {})", weft_sim::MAX_NODES)
+        }
         Some(n) => spec.scaled(n),
         None => spec,
     };
@@ -93,39 +97,79 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let policies: Vec<PlacementPolicy> = args.policies.iter().map(|&p| p.into()).collect();
     let score_config = score_config(args.remainder_weight)?;
 
-    let bar = ProgressBar::new((pods.len() * policies.len()) as u64);
-    bar.set_draw_target(ProgressDrawTarget::stderr());
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} {msg:16} [{bar:30}] {pos}/{len} pod placements ({eta})")
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
-    );
-    let n = pods.len();
-    let report = simulate(&cluster, &pods, &policies, &score_config, args.seed, &mut |i, done| {
-        bar.set_message(policies[i].name());
-        bar.set_position((i * n + done) as u64);
-    })?;
-    bar.finish_and_clear();
+    let progress = PolicyProgress::new(&policies, pods.len(), args.output == Output::Table);
+    let mut report = simulate(&cluster, &pods, &policies, &score_config, args.seed, &mut |i, p| progress.show(i, p))?;
+    progress.clear();
+    if args.workload.is_none() {
+        report.workload.target_load = Some(Generate::DEFAULT_LOAD);
+    }
     match args.output {
         Output::Json => print_json(&report),
-        Output::Table => {
-            print_report(&report);
-            Ok(())
+        Output::Table => print_report(&report),
+    }
+}
+
+/// One progress bar per policy on stderr while the run lasts: pods handled of the total, pods placed,
+/// rate and time left. Drawn only for table output on a terminal: JSON output and a stderr that is a
+/// pipe or a file (logs, CI) stay clean.
+struct PolicyProgress {
+    bars: Vec<ProgressBar>,
+    _all: MultiProgress,
+}
+
+impl PolicyProgress {
+    fn new(policies: &[PlacementPolicy], pods: usize, table: bool) -> PolicyProgress {
+        let target = if table && std::io::stderr().is_terminal() {
+            ProgressDrawTarget::stderr()
+        } else {
+            ProgressDrawTarget::hidden()
+        };
+        let all = MultiProgress::with_draw_target(target);
+        let style = ProgressStyle::with_template(
+            "{prefix:>15} [{bar:24}] {human_pos}/{human_len} pods, {msg} placed, {rate} pods/s, {eta} left",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .with_key("rate", |state: &ProgressState, w: &mut dyn std::fmt::Write| {
+            let _ = write!(w, "{}", HumanCount(state.per_sec() as u64));
+        })
+        .progress_chars("=> ");
+        let bars = policies
+            .iter()
+            .map(|p| {
+                let bar =
+                    ProgressBar::new(pods as u64).with_style(style.clone()).with_prefix(p.name()).with_message("0");
+                all.add(bar)
+            })
+            .collect();
+        PolicyProgress { bars, _all: all }
+    }
+
+    fn show(&self, policy: usize, p: Progress) {
+        if let Some(bar) = self.bars.get(policy) {
+            bar.set_position(p.handled as u64);
+            bar.set_message(HumanCount(p.placed as u64).to_string());
+        }
+    }
+
+    fn clear(&self) {
+        for bar in &self.bars {
+            bar.finish_and_clear();
         }
     }
 }
 
-fn print_report(r: &SimReport) {
+fn print_report(r: &SimReport) -> anyhow::Result<()> {
     let types: Vec<String> = r.cluster.node_types.iter().map(|(k, v)| format!("{v}× {k}")).collect();
-    println!("cluster:  {} nodes, {} GPUs ({})", r.cluster.nodes, r.cluster.gpus, types.join(", "));
+    outln!("cluster:  {} nodes, {} GPUs ({})", r.cluster.nodes, r.cluster.gpus, types.join(", "))?;
     let sizes: Vec<String> = r.workload.by_size.iter().map(|(k, v)| format!("{v}× {k}-GPU")).collect();
-    println!(
-        "workload: {} pods ({}), offered load {:.0}% of GPU capacity",
+    let sizes = if sizes.is_empty() { String::new() } else { format!(" ({})", sizes.join(", ")) };
+    let target = r.workload.target_load.map_or(String::new(), |t| format!(" (generated for {:.0}%)", t * 100.0));
+    outln!(
+        "workload: {} pods{sizes}, offered load {:.0}% of GPU capacity{target}",
         r.workload.pods,
-        sizes.join(", "),
         r.workload.offered_load * 100.0
-    );
-    println!();
+    )?;
+    outln!()?;
     let mut t = table(&[
         "policy",
         "placed",
@@ -149,8 +193,9 @@ fn print_report(r: &SimReport) {
             format!("{:.0} ms", p.run_ms),
         ]);
     }
-    println!("{t}");
-    println!();
-    println!("pair GB/s: mean bandwidth between the GPUs of each multi-GPU pod (per direction, estimated from");
-    println!("link type and generation). stranded: free GPUs whose NVLink peers are all busy, averaged over arrivals.");
+    outln!("{t}")?;
+    outln!()?;
+    outln!("pair GB/s: mean bandwidth between the GPUs of each multi-GPU pod (per direction, estimated from")?;
+    outln!("link type and generation). stranded: free GPUs whose NVLink peers are all busy, averaged over arrivals.")?;
+    Ok(())
 }

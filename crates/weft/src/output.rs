@@ -38,6 +38,11 @@ pub enum Output {
 pub fn table(header: &[&str]) -> Table {
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED).set_content_arrangement(ContentArrangement::Dynamic).set_header(header.to_vec());
+    // A pseudo-terminal nobody sized (`script`, some CI runners) reports 0 columns: wrapping to that
+    // would print one letter per line.
+    if t.width().is_some_and(|w| w < 40) {
+        t.set_content_arrangement(ContentArrangement::Disabled);
+    }
     t
 }
 

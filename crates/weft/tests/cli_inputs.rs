@@ -115,3 +115,67 @@ fn topo_discover_writes_no_cache_unless_given_one() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(cache.exists(), "no cache at {}", cache.display());
 }
+
+#[test]
+fn simulate_sizes_it_cannot_hold_are_clear_errors_not_aborts() {
+    for (args, said) in [
+        (["simulate", "--pods", "1000000000"], "pods: 1000000000 is more than the simulator takes (at most 10000000)"),
+        (
+            ["simulate", "--nodes", "100000000000"],
+            "--nodes 100000000000 is more than the simulator takes (at most 1000000)",
+        ),
+    ] {
+        let out = weft(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(said), "{args:?}: {}", stderr(&out));
+    }
+}
+
+#[test]
+fn simulate_with_no_pods_offers_no_load_and_says_so_without_a_sign() {
+    let out = weft(&["simulate", "--pods", "0"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("workload: 0 pods, offered load 0% of GPU capacity (generated for 95%)"), "{text}");
+    assert!(!text.contains("-0"), "{text}");
+}
+
+#[test]
+fn simulate_shows_what_it_was_generated_for_beside_what_the_stream_offers() {
+    let out = weft(&["simulate", "--pods", "500", "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["workload"]["targetLoad"], 0.95);
+    let offered = v["workload"]["offeredLoad"].as_f64().unwrap();
+    assert!(offered > 0.5 && offered < 1.5, "{offered}");
+}
+
+/// Run weft with stdout and stderr on a terminal (util-linux `script` gives it a pseudo-terminal);
+/// returns everything written to it.
+fn weft_on_a_terminal(args: &str) -> String {
+    let command = format!("{} {args}", env!("CARGO_BIN_EXE_weft"));
+    let out = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .output()
+        .expect("util-linux `script` runs (Debian's bsdutils, an essential package)");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn simulate_progress_is_drawn_for_tables_on_a_terminal_only() {
+    let args = "simulate --nodes 300 --pods 20000";
+    // A terminal and a table: a bar per policy, with pods placed.
+    let tty = weft_on_a_terminal(args);
+    for policy in ["weft", "blind", "least-allocated"] {
+        assert!(tty.contains(&format!("{policy} [")), "no bar for {policy}: {tty}");
+    }
+    assert!(tty.contains(" placed, ") && tty.contains(" left"), "{tty}");
+    // A terminal and JSON: nothing but the JSON.
+    let json = weft_on_a_terminal(&format!("{args} -o json"));
+    assert!(!json.contains(" placed, "), "{json}");
+    assert!(serde_json::from_str::<serde_json::Value>(json.trim()).is_ok(), "{json}");
+    // stderr a pipe (logs, CI): nothing on it.
+    let out = weft(&args.split(' ').collect::<Vec<_>>());
+    assert!(out.status.success());
+    assert_eq!(stderr(&out), "");
+}
