@@ -209,6 +209,20 @@ impl<S> IdleStream<S> {
     fn expired(&mut self, cx: &mut Context<'_>) -> bool {
         self.timer.as_mut().poll(cx).is_ready()
     }
+
+    /// A write's outcome: bytes moved restart the idle clock; a write that cannot go on past it fails.
+    fn after_write(&mut self, cx: &mut Context<'_>, written: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
+        match written {
+            Poll::Ready(Ok(n)) => {
+                if n > 0 {
+                    self.moved();
+                }
+                Poll::Ready(Ok(n))
+            }
+            Poll::Pending if self.expired(cx) => Poll::Ready(Err(idle_error(self.idle))),
+            other => other,
+        }
+    }
 }
 
 fn idle_error(idle: Duration) -> io::Error {
@@ -235,16 +249,8 @@ impl<S: AsyncRead + Unpin> AsyncRead for IdleStream<S> {
 impl<S: AsyncWrite + Unpin> AsyncWrite for IdleStream<S> {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.inner).poll_write(cx, data) {
-            Poll::Ready(Ok(n)) => {
-                if n > 0 {
-                    this.moved();
-                }
-                Poll::Ready(Ok(n))
-            }
-            Poll::Pending if this.expired(cx) => Poll::Ready(Err(idle_error(this.idle))),
-            other => other,
-        }
+        let written = Pin::new(&mut this.inner).poll_write(cx, data);
+        this.after_write(cx, written)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -261,16 +267,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for IdleStream<S> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.inner).poll_write_vectored(cx, bufs) {
-            Poll::Ready(Ok(n)) => {
-                if n > 0 {
-                    this.moved();
-                }
-                Poll::Ready(Ok(n))
-            }
-            Poll::Pending if this.expired(cx) => Poll::Ready(Err(idle_error(this.idle))),
-            other => other,
-        }
+        let written = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.after_write(cx, written)
     }
 
     fn is_write_vectored(&self) -> bool {

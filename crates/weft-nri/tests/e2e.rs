@@ -685,8 +685,6 @@ fn code_of(r: ttrpc::Result<ttrpc::Response>) -> i32 {
 #[tokio::test]
 async fn unknown_and_legacy_methods_answer_unimplemented() {
     use protobuf::Message;
-    use ttrpc::r#async::transport::{Listener, Socket};
-    use weft_nri::mux::Mux;
 
     for legacy in [false, true] {
         let dir = tempfile::tempdir().unwrap();
@@ -694,14 +692,7 @@ async fn unknown_and_legacy_methods_answer_unimplemented() {
         let listener = tokio::net::UnixListener::bind(&path).unwrap();
         let p = start_plugin(&path, "raw", "10", legacy, Arc::new(Rec::new(Event::CreateContainer.into())));
         let (stream, _) = guard(listener.accept()).await.unwrap();
-        let mux = Mux::new(stream);
-        let (c1, c2) = (mux.open(1).unwrap(), mux.open(2).unwrap());
-        let l = Listener::new(futures::stream::once(async move { Ok::<_, std::io::Error>(c2) }));
-        let mut server =
-            ttrpc::r#async::Server::new().register_service(api::create_runtime(Arc::new(RawRuntime))).add_listener(l);
-        server.start().await.unwrap();
-        mux.start();
-        let client = ttrpc::r#async::Client::new(Socket::new(c1));
+        let (mux, client, server) = runtime_end(stream, Arc::new(RawRuntime)).await;
 
         let mut pod_req = api::RunPodSandboxRequest::new();
         pod_req.pod = MessageField::some(pod("p1"));
@@ -948,8 +939,7 @@ fn wire_messages(frames: &[(u32, Vec<u8>)]) -> Vec<WireMessage> {
 async fn the_synchronize_reply_is_on_the_wire_before_the_first_update_containers() {
     use protobuf::Message;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use ttrpc::r#async::transport::{Listener, Socket};
-    use weft_nri::mux::{self, Mux};
+    use weft_nri::mux;
 
     struct Runtime2;
     #[async_trait]
@@ -1003,14 +993,7 @@ async fn the_synchronize_reply_is_on_the_wire_before_the_first_update_containers
         }
     });
     tokio::spawn(async move { tokio::io::copy(&mut rec_read, &mut to_plugin).await });
-    let m = Mux::new(runtime_side);
-    let (c1, c2) = (m.open(1).unwrap(), m.open(2).unwrap());
-    let l = Listener::new(futures::stream::once(async move { Ok::<_, std::io::Error>(c2) }));
-    let mut server =
-        ttrpc::r#async::Server::new().register_service(api::create_runtime(Arc::new(Runtime2))).add_listener(l);
-    server.start().await.unwrap();
-    m.start();
-    let client = ttrpc::r#async::Client::new(Socket::new(c1));
+    let (m, client, server) = runtime_end(runtime_side, Arc::new(Runtime2)).await;
     let mut configure = api::ConfigureRequest::new();
     configure.runtime_name = "containerd".into();
     configure.runtime_version = "2.1.4".into();
@@ -1034,4 +1017,24 @@ async fn the_synchronize_reply_is_on_the_wire_before_the_first_update_containers
     m.close();
     p.stop().await;
     drop(server);
+}
+
+/// The runtime's end of a plugin connection, played by hand over `trunk`: the mux, `runtime` served
+/// on connection 2 (where the plugin calls the runtime), a raw client on connection 1 (where the
+/// runtime calls the plugin). The mux is started once the server is.
+async fn runtime_end<T>(
+    trunk: T,
+    runtime: Arc<dyn api::Runtime + Send + Sync>,
+) -> (weft_nri::mux::Mux, ttrpc::r#async::Client, ttrpc::r#async::Server)
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    use ttrpc::r#async::transport::{Listener, Socket};
+    let mux = weft_nri::mux::Mux::new(trunk);
+    let (c1, c2) = (mux.open(1).unwrap(), mux.open(2).unwrap());
+    let l = Listener::new(futures::stream::once(async move { Ok::<_, std::io::Error>(c2) }));
+    let mut server = ttrpc::r#async::Server::new().register_service(api::create_runtime(runtime)).add_listener(l);
+    server.start().await.unwrap();
+    mux.start();
+    (mux, ttrpc::r#async::Client::new(Socket::new(c1)), server)
 }

@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStderr, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -53,28 +53,7 @@ async fn the_extender_stops_on_sigterm_with_its_log_pipe_closed_and_a_slow_clien
         .spawn()
         .unwrap();
     let pid = child.id();
-    let stderr = child.stderr.take().unwrap();
-    // Read the log until the extender says where it listens; keep what was read.
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut lines = BufReader::new(stderr);
-        let mut seen = String::new();
-        loop {
-            let mut line = String::new();
-            if lines.read_line(&mut line).unwrap_or(0) == 0 {
-                let _ = tx.send((seen, None, lines));
-                return;
-            }
-            seen.push_str(&line);
-            if let Some(rest) = line.split("scheduler-extender listening on ").nth(1) {
-                let addr = rest.split_whitespace().next().unwrap_or_default().to_string();
-                let _ = tx.send((seen, Some(addr), lines));
-                return;
-            }
-        }
-    });
-    let (log, addr, stderr) = rx.recv_timeout(HANG_GUARD).expect("the extender never said it listens");
-    let addr = addr.unwrap_or_else(|| panic!("the extender exited early:\n{log}"));
+    let (log, addr, stderr) = read_until_listening(&mut child, "scheduler-extender listening on ");
     assert!(log.contains("INFO"), "info logs are on: {log}");
     assert!(!log.contains('\u{1b}'), "no colour escapes in logs that are not a terminal: {log:?}");
 
@@ -115,6 +94,16 @@ fn printing_into_a_closed_pipe_ends_quietly() {
 /// (the stderr line containing `marker`, then the address).
 fn start_listening(args: &[&str], marker: &'static str) -> (Child, String) {
     let mut child = weft().args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let (_, addr, mut rest) = read_until_listening(&mut child, marker);
+    // Keep draining so the child never blocks on a full pipe.
+    std::thread::spawn(move || std::io::copy(&mut rest, &mut std::io::sink()));
+    (child, addr)
+}
+
+/// Reads the child's stderr until the line containing `marker`, then the address; returns the log
+/// read so far, the address (without `https://`) and the rest of stderr. Panics with the log if the
+/// child ends first.
+fn read_until_listening(child: &mut Child, marker: &'static str) -> (String, String, BufReader<ChildStderr>) {
     let stderr = child.stderr.take().unwrap();
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -129,15 +118,13 @@ fn start_listening(args: &[&str], marker: &'static str) -> (Child, String) {
             seen.push_str(&line);
             if let Some(rest) = line.split(marker).nth(1) {
                 let addr = rest.split_whitespace().next().unwrap_or_default().trim_start_matches("https://");
-                let _ = tx.send(Ok(addr.to_string()));
-                // Keep draining so the child never blocks on a full pipe.
-                let _ = std::io::copy(&mut lines, &mut std::io::sink());
+                let _ = tx.send(Ok((seen, addr.to_string(), lines)));
                 return;
             }
         }
     });
     match rx.recv_timeout(HANG_GUARD).expect("the component never said where it listens") {
-        Ok(addr) => (child, addr),
+        Ok(found) => found,
         Err(log) => panic!("the component exited early:\n{log}"),
     }
 }
