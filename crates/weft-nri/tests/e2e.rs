@@ -651,7 +651,8 @@ fn options_are_validated() {
     }
 }
 
-/// A bare runtime built from the library's pieces: lets a test send raw ttrpc requests.
+/// A bare runtime built from the library's pieces: lets a test send raw ttrpc requests. It accepts
+/// the plugin's registration and its container updates, and does nothing with them.
 struct RawRuntime;
 
 #[async_trait]
@@ -662,6 +663,14 @@ impl api::Runtime for RawRuntime {
         _: api::RegisterPluginRequest,
     ) -> ttrpc::Result<api::Empty> {
         Ok(api::Empty::new())
+    }
+
+    async fn update_containers(
+        &self,
+        _: &ttrpc::r#async::TtrpcContext,
+        _: api::UpdateContainersRequest,
+    ) -> ttrpc::Result<api::UpdateContainersResponse> {
+        Ok(api::UpdateContainersResponse::new())
     }
 }
 
@@ -941,25 +950,6 @@ async fn the_synchronize_reply_is_on_the_wire_before_the_first_update_containers
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use weft_nri::mux;
 
-    struct Runtime2;
-    #[async_trait]
-    impl api::Runtime for Runtime2 {
-        async fn register_plugin(
-            &self,
-            _: &ttrpc::r#async::TtrpcContext,
-            _: api::RegisterPluginRequest,
-        ) -> ttrpc::Result<api::Empty> {
-            Ok(api::Empty::new())
-        }
-        async fn update_containers(
-            &self,
-            _: &ttrpc::r#async::TtrpcContext,
-            _: api::UpdateContainersRequest,
-        ) -> ttrpc::Result<api::UpdateContainersResponse> {
-            Ok(api::UpdateContainersResponse::new())
-        }
-    }
-
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("order.sock");
     let listener = tokio::net::UnixListener::bind(&path).unwrap();
@@ -993,7 +983,7 @@ async fn the_synchronize_reply_is_on_the_wire_before_the_first_update_containers
         }
     });
     tokio::spawn(async move { tokio::io::copy(&mut rec_read, &mut to_plugin).await });
-    let (m, client, server) = runtime_end(runtime_side, Arc::new(Runtime2)).await;
+    let (m, client, server) = runtime_end(runtime_side, Arc::new(RawRuntime)).await;
     let mut configure = api::ConfigureRequest::new();
     configure.runtime_name = "containerd".into();
     configure.runtime_version = "2.1.4".into();
