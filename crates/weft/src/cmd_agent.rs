@@ -17,9 +17,9 @@ use weft_agent::orm::OrmConfig;
 use weft_agent::pod::SysfsLocator;
 use weft_agent::policy::TopologyPolicy;
 use weft_agent::service::{self, Mode, ServiceConfig};
-use weft_k8s::node_agent::{Discover, PublisherConfig, PublisherMetrics, keep_topology_published};
-use weft_k8s::write::RetryPolicy;
+use weft_kube::write::RetryPolicy;
 use weft_nri::plugin::PluginOptions;
+use weft_record::node_agent::{Discover, PublisherConfig, PublisherMetrics, keep_topology_published};
 use weft_topology::discover::{DiscoveryCache, SysfsRoot, read_cpu_layout};
 use weft_topology::model::uniform_node;
 use weft_topology::{CpuSet, NodeTopology, PairLink, read_node_file};
@@ -283,7 +283,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
             note(format_args!(
                 "weft agent on node {}: publishing {} every {} s",
                 a.node,
-                weft_k8s::TOPOLOGY_ANNOTATION,
+                weft_record::TOPOLOGY_ANNOTATION,
                 a.interval
             ));
             let sd = c.shutdown.clone();

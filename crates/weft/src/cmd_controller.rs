@@ -3,10 +3,10 @@
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use weft_k8s::controller::{Context, ControllerMetrics, Settings};
-use weft_k8s::job_controller::{self, JobControllerConfig};
-use weft_k8s::leader::{self, LeaderConfig};
-use weft_k8s::numanetwork_controller;
+use weft_admission::job_controller::{self, JobControllerConfig};
+use weft_crds::numanetwork_controller;
+use weft_kube::controller::{Context, ControllerMetrics, Settings};
+use weft_kube::leader::{self, LeaderConfig};
 
 use crate::component::{self, note};
 use crate::kube_args::{KubeArgs, OpsArgs, instance_name};

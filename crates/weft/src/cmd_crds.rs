@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
-use weft_k8s::crd;
+use weft_crds as crd;
 
 /// `--output` of `weft crds`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
@@ -43,7 +43,7 @@ pub fn run(a: CrdsArgs) -> anyhow::Result<()> {
             .with_context(|| format!("reading {} to compare it with the generated CRDs", path.display()))?;
         if let Some(diff) = first_difference(&on_disk, &text) {
             anyhow::bail!(
-                "{} is out of date with the CRD types in crates/weft-k8s/src/crd/: {diff}\nregenerate it with: {}",
+                "{} is out of date with the CRD types in crates/weft-crds/src/: {diff}\nregenerate it with: {}",
                 path.display(),
                 regenerate_command(&a, path)
             );

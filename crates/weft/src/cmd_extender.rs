@@ -8,9 +8,9 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use weft_alloc::ScoreConfig;
-use weft_k8s::cache::CacheLimits;
-use weft_k8s::http::ServeOptions;
-use weft_k8s::{ClusterView, ExtenderConfig, ExtenderState, InMemoryView, KubeClusterView, serve};
+use weft_extender::cache::CacheLimits;
+use weft_extender::{ClusterView, ExtenderConfig, ExtenderState, InMemoryView, KubeClusterView, serve};
+use weft_kube::http::ServeOptions;
 
 use crate::component::{self, note};
 use crate::kube_args::{KubeArgs, OpsArgs};
@@ -26,7 +26,7 @@ pub struct ExtenderArgs {
     #[command(flatten)]
     ops: OpsArgs,
     /// Extended resource counted as GPUs.
-    #[arg(long, default_value = weft_k8s::DEFAULT_GPU_RESOURCE)]
+    #[arg(long, default_value = weft_record::DEFAULT_GPU_RESOURCE)]
     resource_name: String,
     /// Reject nodes whose `weft.io/gpu-topology` annotation is missing or unreadable (default: they
     /// pass unjudged and score 0).
@@ -49,17 +49,17 @@ pub struct ExtenderArgs {
     #[arg(long, default_value_t = 3000)]
     request_timeout_ms: u64,
     /// Candidate nodes one request may name; larger requests are refused.
-    #[arg(long, default_value_t = weft_k8s::config::DEFAULT_MAX_NODES_PER_REQUEST)]
+    #[arg(long, default_value_t = weft_extender::config::DEFAULT_MAX_NODES_PER_REQUEST)]
     max_nodes_per_request: usize,
     /// Requests deciding at once; later ones wait for a slot within their own time (default: the
     /// number of CPUs).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     max_concurrent_decisions: Option<u32>,
     /// Node names the topology cache remembers.
-    #[arg(long, default_value_t = weft_k8s::cache::DEFAULT_MAX_NODES)]
+    #[arg(long, default_value_t = weft_extender::cache::DEFAULT_MAX_NODES)]
     cache_max_nodes: usize,
     /// Bytes the topology cache may hold (annotation text and prepared topologies).
-    #[arg(long, default_value_t = weft_k8s::cache::DEFAULT_MAX_BYTES)]
+    #[arg(long, default_value_t = weft_extender::cache::DEFAULT_MAX_BYTES)]
     cache_max_bytes: usize,
     /// Serve without a cluster, to try the extender locally: nodes from this cluster file (the
     /// simulator's SimCluster format, `weft simulate --cluster`; `default` for the embedded default
@@ -123,7 +123,7 @@ fn local_view(cluster_file: &std::path::Path, pods_file: Option<&std::path::Path
     let view = InMemoryView::new();
     for node in &cluster.nodes {
         let topology = &cluster.types[node.node_type].topology;
-        let annotations = [(weft_k8s::TOPOLOGY_ANNOTATION.to_string(), weft_topology::inventory::to_json(topology))];
+        let annotations = [(weft_record::TOPOLOGY_ANNOTATION.to_string(), weft_topology::inventory::to_json(topology))];
         view.insert_node(k8s_openapi::api::core::v1::Node {
             metadata: kube::api::ObjectMeta {
                 name: Some(node.name.clone()),

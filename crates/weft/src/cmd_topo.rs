@@ -134,11 +134,11 @@ fn publish(a: PublishArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let outcome = rt.block_on(async {
         let client = a.kube.client().await?;
-        weft_k8s::publish_topology(client, &a.node, &node, &a.field_manager)
+        weft_record::publish_topology(client, &a.node, &node, &a.field_manager)
             .await
             .with_context(|| format!("publishing the topology of node {}", a.node))
     })?;
-    outln!("node {}: {} GPUs; annotation {}: {outcome:?}", a.node, node.gpu_count(), weft_k8s::TOPOLOGY_ANNOTATION)?;
+    outln!("node {}: {} GPUs; annotation {}: {outcome:?}", a.node, node.gpu_count(), weft_record::TOPOLOGY_ANNOTATION)?;
     Ok(())
 }
 

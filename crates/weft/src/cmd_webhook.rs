@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use weft_admission::webhook::{self, InMemoryJobs, JobSource, KubeJobSource, TlsFiles, WebhookState};
 use weft_jobs::admission::AdmissionOptions;
 use weft_jobs::plugin::{BuildOptions, DEFAULT_WAIT_IMAGE};
-use weft_k8s::http::ServeOptions;
-use weft_k8s::webhook::{self, InMemoryJobs, JobSource, KubeJobSource, TlsFiles, WebhookState};
+use weft_kube::http::ServeOptions;
 
 use crate::component::{self, note};
 use crate::kube_args::{KubeArgs, OpsArgs};

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
-use weft_k8s::ops::{self, Ops};
+use weft_kube::ops::{self, Ops};
 
 use crate::kube_args::OpsArgs;
 

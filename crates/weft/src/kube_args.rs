@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
-use weft_k8s::ops::Ops;
+use weft_kube::ops::Ops;
 
 /// Which cluster to talk to.
 #[derive(Args, Debug, Clone)]
@@ -23,7 +23,7 @@ pub struct KubeArgs {
 impl KubeArgs {
     /// A client for the chosen cluster.
     pub async fn client(&self) -> anyhow::Result<kube::Client> {
-        weft_k8s::client_from(self.kubeconfig.clone(), self.context.clone()).await.context("connecting to Kubernetes")
+        weft_kube::client_from(self.kubeconfig.clone(), self.context.clone()).await.context("connecting to Kubernetes")
     }
 }
 
@@ -47,7 +47,7 @@ impl OpsArgs {
             .with_context(|| format!("listening on {} (--ops-listen)", self.ops_listen))?;
         let addr = listener.local_addr().unwrap_or(self.ops_listen);
         crate::component::note(format_args!("ops endpoint on http://{addr} (/healthz, /readyz, /metrics)"));
-        Ok(tokio::spawn(weft_k8s::ops::serve(listener, ops, async move { shutdown.cancelled().await })))
+        Ok(tokio::spawn(weft_kube::ops::serve(listener, ops, async move { shutdown.cancelled().await })))
     }
 }
 

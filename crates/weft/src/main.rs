@@ -31,7 +31,7 @@ use clap::{Parser, Subcommand};
 #[derive(Parser, Debug)]
 #[command(name = "weft", version, propagate_version = true, max_term_width = 110)]
 struct Cli {
-    /// Log filter (tracing EnvFilter syntax), e.g. `info` or `weft_k8s=debug`. Logs go to stderr.
+    /// Log filter (tracing EnvFilter syntax), e.g. `info` or `weft_extender=debug`. Logs go to stderr.
     #[arg(long, global = true, env = "WEFT_LOG", default_value = "warn")]
     log: String,
     #[command(subcommand)]
@@ -118,7 +118,7 @@ fn main() -> ExitCode {
         Err(e) => {
             // The error and its causes, each cause left out when the message already holds its text.
             let err: &(dyn std::error::Error + 'static) = e.as_ref();
-            component::note(format_args!("error: {}", weft_k8s::controller::ErrorChain(err)));
+            component::note(format_args!("error: {}", weft_kube::controller::ErrorChain(err)));
             ExitCode::from(2)
         }
     }

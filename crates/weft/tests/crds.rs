@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use weft_k8s::crd;
+use weft_crds as crd;
 
 const NUMANETWORK_FILE: &str = "deploy/base/crds/numanetworks.numaflow.numaproj.io.yaml";
 
@@ -35,7 +35,7 @@ fn committed_numanetwork_crd_is_current() {
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         committed == generated,
-        "{NUMANETWORK_FILE} is out of date with the Rust types in crates/weft-k8s/src/crd/ (first difference at \
+        "{NUMANETWORK_FILE} is out of date with the Rust types in crates/weft-crds/src/ (first difference at \
          line {}). Regenerate it from the repository root with:\n    cargo run -p weft -- crds \
          numanetworks.numaflow.numaproj.io > {NUMANETWORK_FILE}\nand commit it.",
         first_differing_line(&committed, &generated)

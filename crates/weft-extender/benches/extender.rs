@@ -1,0 +1,113 @@
+//! Prioritize over 5,000 8-GPU nodes for a 4-GPU pod.
+//!
+//! - `prioritize/pure/*`: `decision::prioritize` alone (a fresh score cache per call), nodes already
+//!   prepared. `two-topologies`: DGX-1 V100 and A100 NVSwitch nodes alternating, as real clusters
+//!   have few SKUs; `unique-topologies`: every node's PCIe relations differ, so no two nodes share a
+//!   best-effort result (the worst case).
+//! - `prioritize/request`: a 5,000-name `NodeNames` request end to end without the socket: JSON
+//!   decode, topology cache lookups, GPU accounting from bound pods, decisions, JSON encode.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use weft_alloc::PreparedNode;
+use weft_extender::decision::{NodeState, prioritize};
+use weft_extender::wire::ExtenderArgs;
+use weft_extender::{ExtenderConfig, ExtenderState, InMemoryView};
+
+const NODES: usize = 5_000;
+const REQUEST: u64 = 4;
+
+/// Deterministic GPUs-in-use mask for node `i`: 0 to 4 of 8 GPUs.
+fn used_mask(i: usize) -> u128 {
+    let mut x = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03;
+    let mut mask = 0u128;
+    let k = (x % 5) as usize;
+    while (mask.count_ones() as usize) < k {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        mask |= 1 << (x % 8);
+    }
+    mask
+}
+
+fn topology(i: usize) -> weft_topology::NodeTopology {
+    let name = format!("gpu-{i:05}");
+    if i.is_multiple_of(2) { common::dgx1_v100(&name) } else { common::a100_nvswitch(&name) }
+}
+
+/// A DGX-1 V100 whose non-NVLink pairs carry a PCIe relation pattern unique to `i`.
+fn unique_topology(i: usize) -> weft_topology::NodeTopology {
+    use weft_topology::{PairLink, PcieRelation};
+    let mut t = common::dgx1_v100(&format!("u-{i:05}"));
+    let mut code = i;
+    for a in 0..8 {
+        for b in (a + 1)..8 {
+            if t.link(a, b).nvlinks == 0 {
+                let rel = [PcieRelation::Sys, PcieRelation::Node, PcieRelation::Phb][code % 3];
+                code /= 3;
+                t.set_link(a, b, PairLink { pcie: Some(rel), nvlinks: 0 });
+            }
+        }
+    }
+    t
+}
+
+fn bench_pure(c: &mut Criterion) {
+    let cfg = ExtenderConfig::default();
+    let two: Vec<PreparedNode> = (0..NODES).map(|i| PreparedNode::new(&topology(i)).unwrap()).collect();
+    let two: Vec<NodeState<'_>> =
+        two.iter().enumerate().map(|(i, p)| NodeState::Known { prepared: p, used: used_mask(i) }).collect();
+    let unique: Vec<PreparedNode> = (0..NODES).map(|i| PreparedNode::new(&unique_topology(i)).unwrap()).collect();
+    let unique: Vec<NodeState<'_>> =
+        unique.iter().enumerate().map(|(i, p)| NodeState::Known { prepared: p, used: used_mask(i) }).collect();
+    let mut g = c.benchmark_group("prioritize/pure");
+    g.bench_function("two-topologies", |b| b.iter(|| prioritize(black_box(REQUEST), black_box(&two), &cfg)));
+    g.sample_size(20);
+    g.bench_function("unique-topologies", |b| b.iter(|| prioritize(black_box(REQUEST), black_box(&unique), &cfg)));
+    g.finish();
+}
+
+fn bench_request(c: &mut Criterion) {
+    let view = Arc::new(InMemoryView::new());
+    let mut names = Vec::with_capacity(NODES);
+    for i in 0..NODES {
+        let t = topology(i);
+        let name = t.name.clone().unwrap();
+        view.insert_node(common::node(&name, Some(&t), 8));
+        let used = used_mask(i);
+        if used != 0 {
+            let ids: Vec<usize> = (0..8).filter(|g| used & (1 << g) != 0).collect();
+            let ids = ids.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
+            let gpus = used.count_ones();
+            view.insert_pod(common::bound_pod(&format!("job-{i}"), &name, gpus, Some(&ids), "2026-01-05T09:00:00Z"));
+        }
+        names.push(name);
+    }
+    let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let body = serde_json::to_vec(&common::args_with_names(common::pending_pod_json("p", REQUEST as u32), &name_refs))
+        .unwrap();
+    let state = ExtenderState::new(view, ExtenderConfig::default());
+    // Warm the topology cache, as a running extender's is.
+    let args: ExtenderArgs = serde_json::from_slice(&body).unwrap();
+    state.prioritize(&args, false).unwrap();
+    let mut g = c.benchmark_group("prioritize");
+    g.sample_size(30);
+    g.bench_function("request", |b| {
+        b.iter(|| {
+            let args: ExtenderArgs = serde_json::from_slice(black_box(&body)).unwrap();
+            let list = state.prioritize(&args, false).unwrap();
+            serde_json::to_vec(&list).unwrap()
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench_pure, bench_request);
+criterion_main!(benches);

@@ -1,0 +1,79 @@
+//! Settings of the scheduler extender.
+
+use std::time::Duration;
+
+use weft_alloc::ScoreConfig;
+
+use crate::cache::CacheLimits;
+use weft_record::usage::DEFAULT_GPU_RESOURCE;
+
+/// Default of [`ExtenderConfig::max_nodes_per_request`]: twice the 5,000 nodes Kubernetes
+/// supports in one cluster.
+pub const DEFAULT_MAX_NODES_PER_REQUEST: usize = 10_000;
+
+/// Settings of the scheduler extender (decisions and HTTP server).
+#[derive(Clone, Debug)]
+pub struct ExtenderConfig {
+    /// Extended resource counted as GPUs (`nvidia.com/gpu`).
+    pub resource_name: String,
+    /// When true, the filter rejects nodes whose topology annotation is missing or unreadable
+    /// (as unresolvable). When false (default) they pass unjudged and score 0.
+    pub require_topology: bool,
+    /// Knobs of `weft_alloc::score_node`.
+    pub score_config: ScoreConfig,
+    /// Score every node gets when the pod requests no GPUs (0..=10; default 5). The same for all
+    /// nodes, so it does not change the ranking.
+    pub neutral_score: i64,
+    /// Path prefix of the verbs: `""` serves `/filter` and `/prioritize`; `"/weft"` serves
+    /// `/weft/filter` and `/weft/prioritize`. `urlPrefix` in the scheduler config must end with it.
+    pub path_prefix: String,
+    /// Largest request body accepted (default 64 MiB; a 5,000-node `Nodes` list is ~25–50 MiB).
+    pub max_body_bytes: usize,
+    /// Time allowed to read a request and decide (default 3 s, inside kube-scheduler's default
+    /// `httpTimeout` of 5 s). Decisions stop at this deadline too, so a request given up on does
+    /// not keep a worker busy.
+    pub request_timeout: Duration,
+    /// Candidate nodes one request may name; a larger request is refused (filter: `Error`;
+    /// prioritize: 400).
+    pub max_nodes_per_request: usize,
+    /// Requests deciding at once (each decides on one blocking thread); later ones wait for a
+    /// slot within their own deadline. Default: the number of CPUs.
+    pub max_concurrent_decisions: usize,
+    /// Honour the `X-Weft-Debug` header (prioritize answers carry each node's reason, which tells
+    /// the caller how many GPUs are free on it). Off by default.
+    pub debug_reasons: bool,
+    /// Bounds of the topology cache.
+    pub cache_limits: CacheLimits,
+}
+
+impl Default for ExtenderConfig {
+    fn default() -> Self {
+        ExtenderConfig {
+            resource_name: DEFAULT_GPU_RESOURCE.to_string(),
+            require_topology: false,
+            score_config: ScoreConfig::default(),
+            neutral_score: 5,
+            path_prefix: String::new(),
+            max_body_bytes: 64 << 20,
+            request_timeout: Duration::from_secs(3),
+            max_nodes_per_request: DEFAULT_MAX_NODES_PER_REQUEST,
+            max_concurrent_decisions: std::thread::available_parallelism().map_or(2, usize::from),
+            debug_reasons: false,
+            cache_limits: CacheLimits::default(),
+        }
+    }
+}
+
+impl ExtenderConfig {
+    /// The path prefix normalised: empty, or starting with `/` and not ending with one.
+    pub fn normalized_prefix(&self) -> String {
+        let p = self.path_prefix.trim().trim_end_matches('/');
+        if p.is_empty() {
+            String::new()
+        } else if p.starts_with('/') {
+            p.to_string()
+        } else {
+            format!("/{p}")
+        }
+    }
+}

@@ -1,0 +1,246 @@
+//! [`ClusterView`] over the API server: reflectors on Nodes and on bound, non-terminal Pods, kept
+//! warm by spawned tasks.
+//!
+//! Objects are slimmed before they are stored: only what the extender reads is kept (names,
+//! resourceVersion, creation time, the weft annotations, container resources, node name, phase), so
+//! the caches stay small on large clusters.
+
+use std::collections::HashMap;
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::view::ClusterView;
+use weft_record::TOPOLOGY_ANNOTATION;
+use weft_record::usage::GPU_IDS_ANNOTATION;
+
+/// Field selector of the pod watch: pods bound to a node that still hold their devices.
+pub const POD_FIELD_SELECTOR: &str = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed";
+
+/// A [`ClusterView`] fed by watches on the API server. Dropping it stops the watches.
+pub struct KubeClusterView {
+    nodes: Store<Node>,
+    pods: Arc<PodIndex>,
+    nodes_ready: Arc<AtomicBool>,
+    pods_ready: Arc<AtomicBool>,
+    changes: watch::Receiver<u64>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for KubeClusterView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeClusterView")
+            .field("nodes", &self.nodes.len())
+            .field("ready", &self.is_ready())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Pods by node, sharing the `Arc`s held by the pod reflector's store.
+#[derive(Default)]
+struct PodIndex {
+    inner: RwLock<IndexInner>,
+}
+
+#[derive(Default)]
+struct IndexInner {
+    by_node: HashMap<String, HashMap<ObjectRef<Pod>, Arc<Pod>>>,
+    node_of: HashMap<ObjectRef<Pod>, String>,
+}
+
+impl IndexInner {
+    fn remove(&mut self, key: &ObjectRef<Pod>) {
+        if let Some(node) = self.node_of.remove(key)
+            && let Some(pods) = self.by_node.get_mut(&node)
+        {
+            pods.remove(key);
+            if pods.is_empty() {
+                self.by_node.remove(&node);
+            }
+        }
+    }
+
+    fn insert(&mut self, key: ObjectRef<Pod>, pod: Arc<Pod>) {
+        self.remove(&key);
+        if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty()) {
+            self.node_of.insert(key.clone(), node.clone());
+            self.by_node.entry(node).or_default().insert(key, pod);
+        }
+    }
+}
+
+impl PodIndex {
+    fn apply(&self, event: &Event<Pod>, store: &Store<Pod>) {
+        let mut inner = self.inner.write().unwrap_or_else(PoisonError::into_inner);
+        match event {
+            Event::Apply(pod) => {
+                let key = ObjectRef::from_obj(pod);
+                match store.get(&key) {
+                    Some(arc) => inner.insert(key, arc),
+                    None => inner.remove(&key),
+                }
+            }
+            Event::Delete(pod) => inner.remove(&ObjectRef::from_obj(pod)),
+            Event::InitDone => {
+                *inner = IndexInner::default();
+                for pod in store.state() {
+                    inner.insert(ObjectRef::from_obj(&*pod), pod);
+                }
+            }
+            Event::Init | Event::InitApply(_) => {}
+        }
+    }
+}
+
+impl KubeClusterView {
+    /// Start the node and pod watches on `client` (needs a Tokio runtime) and return at once; the
+    /// view is ready once both have listed everything.
+    pub fn spawn(client: Client) -> KubeClusterView {
+        let (changes_tx, changes) = watch::channel(0u64);
+        let changes_tx = Arc::new(changes_tx);
+        let nodes_ready = Arc::new(AtomicBool::new(false));
+        let pods_ready = Arc::new(AtomicBool::new(false));
+        let pods = Arc::new(PodIndex::default());
+
+        let (node_store, mut node_writer) = reflector::store::<Node>();
+        let node_stream = watcher(Api::<Node>::all(client.clone()), watcher::Config::default()).modify(slim_node);
+        let (ready, tx) = (nodes_ready.clone(), changes_tx.clone());
+        let node_task = tokio::spawn(async move {
+            let mut stream = pin!(node_stream);
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(event) => {
+                        node_writer.apply_watcher_event(&event);
+                        if matches!(event, Event::InitDone) {
+                            ready.store(true, Ordering::Release);
+                        }
+                        tx.send_modify(|g| *g += 1);
+                    }
+                    Err(e) => tracing::warn!(error = %e, "node watch failed; retrying"),
+                }
+            }
+        });
+
+        let (pod_store, mut pod_writer) = reflector::store::<Pod>();
+        let pod_cfg = watcher::Config::default().fields(POD_FIELD_SELECTOR);
+        let pod_stream = watcher(Api::<Pod>::all(client), pod_cfg).modify(slim_pod);
+        let (ready, tx, index) = (pods_ready.clone(), changes_tx, pods.clone());
+        let pod_task = tokio::spawn(async move {
+            let mut stream = pin!(pod_stream);
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(event) => {
+                        pod_writer.apply_watcher_event(&event);
+                        index.apply(&event, &pod_store);
+                        if matches!(event, Event::InitDone) {
+                            ready.store(true, Ordering::Release);
+                        }
+                        tx.send_modify(|g| *g += 1);
+                    }
+                    Err(e) => tracing::warn!(error = %e, "pod watch failed; retrying"),
+                }
+            }
+        });
+
+        KubeClusterView { nodes: node_store, pods, nodes_ready, pods_ready, changes, tasks: vec![node_task, pod_task] }
+    }
+
+    /// A receiver whose value increases after every applied watch event (for tests and metrics).
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.clone()
+    }
+
+    /// Wait until both watches have completed their initial list.
+    pub async fn wait_until_ready(&self) {
+        let mut rx = self.changes.clone();
+        // The sender lives as long as the tasks; if they ended, readiness cannot change any more.
+        let _ = rx.wait_for(|_| self.is_ready()).await;
+    }
+}
+
+/// The watcher with the default backoff, so errors are retried after growing pauses.
+fn watcher<K>(api: Api<K>, cfg: watcher::Config) -> impl futures::Stream<Item = Result<Event<K>, watcher::Error>>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    K::DynamicType: Default,
+{
+    watcher::watcher(api, cfg).default_backoff()
+}
+
+impl Drop for KubeClusterView {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+impl ClusterView for KubeClusterView {
+    fn node(&self, name: &str) -> Option<Arc<Node>> {
+        self.nodes.get(&ObjectRef::new(name))
+    }
+
+    fn pods_on_node(&self, name: &str) -> Vec<Arc<Pod>> {
+        let inner = self.pods.inner.read().unwrap_or_else(PoisonError::into_inner);
+        inner.by_node.get(name).map(|m| m.values().cloned().collect()).unwrap_or_default()
+    }
+
+    fn is_ready(&self) -> bool {
+        self.nodes_ready.load(Ordering::Acquire) && self.pods_ready.load(Ordering::Acquire)
+    }
+}
+
+fn slim_meta(meta: &mut ObjectMeta, keep_annotation: &str) {
+    let annotations = meta.annotations.take().map(|mut a| {
+        a.retain(|k, _| k == keep_annotation);
+        a
+    });
+    *meta = ObjectMeta {
+        name: meta.name.take(),
+        namespace: meta.namespace.take(),
+        uid: meta.uid.take(),
+        resource_version: meta.resource_version.take(),
+        creation_timestamp: meta.creation_timestamp.take(),
+        annotations: annotations.filter(|a| !a.is_empty()),
+        ..ObjectMeta::default()
+    };
+}
+
+/// Keep what the extender reads from a pod.
+pub fn slim_pod(pod: &mut Pod) {
+    slim_meta(&mut pod.metadata, GPU_IDS_ANNOTATION);
+    let slim_container = |c: &mut Container| Container {
+        name: std::mem::take(&mut c.name),
+        resources: c.resources.take(),
+        restart_policy: c.restart_policy.take(),
+        ..Container::default()
+    };
+    if let Some(spec) = &mut pod.spec {
+        *spec = PodSpec {
+            containers: spec.containers.iter_mut().map(slim_container).collect(),
+            init_containers: spec.init_containers.as_mut().map(|v| v.iter_mut().map(slim_container).collect()),
+            node_name: spec.node_name.take(),
+            ..PodSpec::default()
+        };
+    }
+    if let Some(status) = &mut pod.status {
+        *status = PodStatus { phase: status.phase.take(), ..PodStatus::default() };
+    }
+}
+
+/// Keep what the extender reads from a node.
+pub fn slim_node(node: &mut Node) {
+    slim_meta(&mut node.metadata, TOPOLOGY_ANNOTATION);
+    node.spec = None;
+    node.status = None;
+}

@@ -1,0 +1,24 @@
+//! weft-extender: the kube-scheduler extender.
+//!
+//! - `POST /filter` and `POST /prioritize` ([`server`]) answer from each node's GPU topology (the
+//!   `weft.io/gpu-topology` annotation, read once per text by the [`cache`]) and the GPUs its pods
+//!   hold (`weft_record::gpus_in_use`). The decisions are pure ([`decision`]); the wire types are in
+//!   [`wire`].
+//! - The cluster view ([`view::ClusterView`]): an in-memory one and a reflector-backed one
+//!   ([`kube_view::KubeClusterView`]).
+//!
+//! Operator documentation: `docs/scheduler-extender.md`.
+
+pub mod cache;
+pub mod config;
+pub mod decision;
+pub mod kube_view;
+pub mod server;
+pub mod view;
+pub mod wire;
+
+pub use config::ExtenderConfig;
+pub use kube_view::KubeClusterView;
+pub use server::{ExtenderError, ExtenderState, router, serve};
+pub use view::{ClusterView, InMemoryView};
+pub use wire::{ExtenderArgs, ExtenderFilterResult, HostPriority, HostPriorityList, MAX_EXTENDER_PRIORITY, NodeList};

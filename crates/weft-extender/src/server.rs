@@ -1,0 +1,518 @@
+//! The scheduler extender: request handling ([`ExtenderState`]) and its HTTP server (axum).
+//!
+//! Routes: `POST {prefix}/filter`, `POST {prefix}/prioritize`. Health, readiness and metrics are on
+//! the ops endpoint ([`weft_kube::ops`]); [`ExtenderState::register_metrics`] and
+//! [`ExtenderState::add_readiness_check`] hook the extender into it.
+//!
+//! Status codes (kube-scheduler treats any non-200 answer as an error of this extender):
+//! - 200 for every well-formed request. A filter that cannot be answered (no pod, no nodes, an
+//!   unreadable GPU quantity) sets `Error`, which the scheduler reports; it fails the pod's
+//!   scheduling attempt unless the extender is `ignorable`.
+//! - 400 for a body that is not extender JSON, and for a prioritize request that cannot be answered
+//!   (kube-scheduler ignores prioritize errors, so the node ranking proceeds without weft).
+//! - 413 for a body over `max_body_bytes`; 503 when a request runs past `request_timeout` (filter:
+//!   200 with `Error` instead).
+//!
+//! Never 500: internal failures are reported the same way as bad input.
+//!
+//! Bounds (so that no caller can exhaust the process): at most `max_nodes_per_request` candidates
+//! per request; at most `max_concurrent_decisions` requests deciding at once (the others wait for a
+//! slot inside their own time limit); decisions stop at the request's deadline instead of running
+//! on after the answer was given up; the topology cache is bounded in names and bytes
+//! ([`TopologyCache`]); connection limits are [`weft_kube::http`]'s.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use k8s_openapi::api::core::v1::Node;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use thiserror::Error;
+use tokio::net::TcpListener;
+use weft_alloc::{PreparedNode, ScoreCache};
+
+use crate::cache::TopologyCache;
+use crate::config::ExtenderConfig;
+use crate::decision::{self, Deadline, Expired, NodeState, Verdict};
+use crate::view::ClusterView;
+use crate::wire::{ExtenderArgs, ExtenderFilterResult, HostPriority, HostPriorityList, NodeList};
+use weft_kube::http::ServeOptions;
+use weft_record::usage::{PodRef, gpus_in_use};
+
+/// Header that asks prioritize to include each node's `Reason`.
+pub const DEBUG_HEADER: &str = "x-weft-debug";
+
+/// Why an extender request could not be answered.
+#[derive(Debug, Error)]
+pub enum ExtenderError {
+    /// The request has no `Pod`.
+    #[error("request has no Pod")]
+    NoPod,
+    /// The request has neither `Nodes` nor `NodeNames`.
+    #[error("request has neither Nodes nor NodeNames")]
+    NoNodes,
+    /// More candidate nodes than `max_nodes_per_request`.
+    #[error("request names {nodes} nodes; at most {max} are accepted (--max-nodes-per-request)")]
+    TooManyNodes {
+        /// Nodes in the request.
+        nodes: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The request's deadline passed while deciding.
+    #[error(transparent)]
+    Expired(#[from] Expired),
+    /// The pod's GPU request cannot be read.
+    #[error("pod {pod}: {error}")]
+    BadRequest {
+        /// The pod.
+        pod: Box<PodRef>,
+        /// Why.
+        error: Box<weft_resources::RequestError>,
+    },
+}
+
+/// Everything a request needs: the cluster view, the settings and the topology cache.
+pub struct ExtenderState {
+    view: Arc<dyn ClusterView>,
+    cfg: ExtenderConfig,
+    cache: TopologyCache,
+    scores: Mutex<ScoreCache>,
+    deciding: Arc<tokio::sync::Semaphore>,
+    metrics: ExtenderMetrics,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VerbLabels {
+    verb: &'static str,
+    code: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VerbOnly {
+    verb: &'static str,
+}
+
+/// Requests served and their latency.
+#[derive(Clone, Debug)]
+struct ExtenderMetrics {
+    requests: Family<VerbLabels, Counter>,
+    duration: Family<VerbOnly, Histogram>,
+}
+
+impl Default for ExtenderMetrics {
+    fn default() -> Self {
+        ExtenderMetrics {
+            requests: Family::default(),
+            duration: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.0005, 2.0, 14))),
+        }
+    }
+}
+
+impl ExtenderMetrics {
+    fn observe(&self, verb: &'static str, code: StatusCode, took: std::time::Duration) {
+        self.requests.get_or_create(&VerbLabels { verb, code: code.as_u16() }).inc();
+        self.duration.get_or_create(&VerbOnly { verb }).observe(took.as_secs_f64());
+    }
+}
+
+/// Best-effort results kept across requests (topology × free GPUs × request size); cleared when full.
+const SCORE_CACHE_CAPACITY: usize = 1 << 16;
+
+impl std::fmt::Debug for ExtenderState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExtenderState").field("cfg", &self.cfg).field("cache", &self.cache).finish_non_exhaustive()
+    }
+}
+
+/// One candidate node, resolved.
+struct Candidate {
+    name: String,
+    prepared: Result<Arc<PreparedNode>, Arc<str>>,
+    used: u128,
+}
+
+impl ExtenderState {
+    /// State over a cluster view.
+    pub fn new(view: Arc<dyn ClusterView>, cfg: ExtenderConfig) -> ExtenderState {
+        ExtenderState {
+            view,
+            cache: TopologyCache::with_limits(cfg.cache_limits),
+            scores: Mutex::new(ScoreCache::with_capacity(SCORE_CACHE_CAPACITY)),
+            deciding: Arc::new(tokio::sync::Semaphore::new(cfg.max_concurrent_decisions.max(1))),
+            metrics: ExtenderMetrics::default(),
+            cfg,
+        }
+    }
+
+    /// Register `weft_extender_requests_total{verb,code}` and
+    /// `weft_extender_request_duration_seconds{verb}` in `registry`.
+    pub fn register_metrics(&self, registry: &mut Registry) {
+        let sub = registry.sub_registry_with_prefix("extender");
+        sub.register("requests", "Extender requests by verb and HTTP status", self.metrics.requests.clone());
+        sub.register(
+            "request_duration_seconds",
+            "Time to read, decide and answer one extender request",
+            self.metrics.duration.clone(),
+        );
+    }
+
+    /// Make `ops` report not ready until the cluster view has synced.
+    pub fn add_readiness_check(self: &Arc<Self>, ops: &weft_kube::ops::Ops) {
+        let view = self.view.clone();
+        ops.add_readiness_check("cluster-view (node and pod caches synced)", move || view.is_ready());
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &ExtenderConfig {
+        &self.cfg
+    }
+
+    /// The cluster view.
+    pub fn view(&self) -> &Arc<dyn ClusterView> {
+        &self.view
+    }
+
+    /// The topology cache.
+    pub fn cache(&self) -> &TopologyCache {
+        &self.cache
+    }
+
+    /// Answer a filter request. Problems with the request become `Error` in the result.
+    ///
+    /// A request with `Nodes` is answered with the passing node objects, unchanged; one with
+    /// `NodeNames` with the passing names (a subset of the input, in input order).
+    pub fn filter(&self, args: ExtenderArgs) -> ExtenderFilterResult {
+        // Without a deadline the filter always completes.
+        self.filter_until(args, Deadline::NEVER).unwrap_or_default()
+    }
+
+    /// [`ExtenderState::filter`] that gives up once `deadline` passes.
+    pub fn filter_until(&self, mut args: ExtenderArgs, deadline: Deadline) -> Result<ExtenderFilterResult, Expired> {
+        let (request, candidates) = match self.candidates(&args, deadline) {
+            Ok(c) => c,
+            Err(ExtenderError::Expired(e)) => return Err(e),
+            Err(e) => {
+                tracing::warn!(error = %e, "filter request cannot be answered");
+                return Ok(ExtenderFilterResult { error: e.to_string(), ..ExtenderFilterResult::default() });
+            }
+        };
+        let verdicts = decision::filter(request, &states(&candidates), &self.cfg);
+        let mut result = ExtenderFilterResult::default();
+        let mut passed = vec![false; candidates.len()];
+        for (i, (c, v)) in candidates.iter().zip(&verdicts).enumerate() {
+            match v {
+                Verdict::Pass { note } => {
+                    passed[i] = true;
+                    if let Some(note) = note {
+                        tracing::debug!(node = %c.name, "{note}");
+                    }
+                }
+                Verdict::Fail(why) => {
+                    result.failed_nodes.insert(c.name.clone(), why.clone());
+                }
+                Verdict::Unresolvable(why) => {
+                    result.failed_and_unresolvable_nodes.insert(c.name.clone(), why.clone());
+                }
+            }
+        }
+        let pass_names = || candidates.iter().zip(&passed).filter(|(_, p)| **p).map(|(c, _)| c.name.clone()).collect();
+        if let Some(list) = args.nodes.take() {
+            let items = list.items.into_iter().zip(&passed).filter(|(_, p)| **p).map(|(n, _)| n).collect();
+            result.nodes = Some(NodeList { metadata: list.metadata, items });
+        }
+        if args.node_names.is_some() {
+            result.node_names = Some(pass_names());
+        }
+        tracing::debug!(
+            pod = %args.pod.as_ref().map(PodRef::of).unwrap_or_default(),
+            request,
+            candidates = candidates.len(),
+            passed = passed.iter().filter(|p| **p).count(),
+            "filter"
+        );
+        Ok(result)
+    }
+
+    /// Answer a prioritize request: one entry per candidate, in input order. With `with_reasons`,
+    /// entries that were not scored from topology carry a `Reason`.
+    pub fn prioritize(&self, args: &ExtenderArgs, with_reasons: bool) -> Result<HostPriorityList, ExtenderError> {
+        self.prioritize_until(args, with_reasons, Deadline::NEVER)
+    }
+
+    /// [`ExtenderState::prioritize`] that gives up once `deadline` passes.
+    pub fn prioritize_until(
+        &self,
+        args: &ExtenderArgs,
+        with_reasons: bool,
+        deadline: Deadline,
+    ) -> Result<HostPriorityList, ExtenderError> {
+        let (request, candidates) = self.candidates(args, deadline)?;
+        let scores = {
+            let mut cache = self.scores.lock().unwrap_or_else(PoisonError::into_inner);
+            decision::prioritize_until(request, &states(&candidates), &self.cfg, &mut cache, deadline)?
+        };
+        Ok(candidates
+            .into_iter()
+            .zip(scores)
+            .map(|(c, s)| {
+                if let Some(reason) = &s.reason {
+                    tracing::debug!(node = %c.name, score = s.score, "{reason}");
+                }
+                HostPriority { host: c.name, score: s.score, reason: if with_reasons { s.reason } else { None } }
+            })
+            .collect())
+    }
+
+    /// The pod's GPU request and the candidates with their topology and GPUs in use.
+    fn candidates(&self, args: &ExtenderArgs, deadline: Deadline) -> Result<(u64, Vec<Candidate>), ExtenderError> {
+        let pod = args.pod.as_ref().ok_or(ExtenderError::NoPod)?;
+        let request = weft_resources::pod_request(pod, &self.cfg.resource_name)
+            .map_err(|error| ExtenderError::BadRequest { pod: Box::new(PodRef::of(pod)), error: Box::new(error) })?;
+        let names: Vec<String> = match (&args.nodes, &args.node_names) {
+            (Some(list), _) => list.items.iter().map(|n| n.name().to_string()).collect(),
+            (None, Some(names)) => names.clone(),
+            (None, None) => return Err(ExtenderError::NoNodes),
+        };
+        if names.len() > self.cfg.max_nodes_per_request {
+            return Err(ExtenderError::TooManyNodes { nodes: names.len(), max: self.cfg.max_nodes_per_request });
+        }
+        if request == 0 {
+            // No GPU request: the decisions do not look at topology or usage.
+            return Ok((
+                0,
+                names.into_iter().map(|name| Candidate { name, prepared: Err(Arc::from("")), used: 0 }).collect(),
+            ));
+        }
+        let resolved = match &args.nodes {
+            Some(list) => self.cache.resolve_all(list.items.iter().map(|n| Some(n.node()))),
+            None => {
+                let from_view: Vec<Option<Arc<Node>>> = names.iter().map(|n| self.view.node(n)).collect();
+                self.cache.resolve_all(from_view.iter().map(Option::as_deref))
+            }
+        };
+        let total = names.len();
+        let mut candidates = Vec::with_capacity(total);
+        for (i, (name, prepared)) in names.into_iter().zip(resolved).enumerate() {
+            if deadline.passed() {
+                return Err(Expired { done: i, total }.into());
+            }
+            let used = match &prepared {
+                Ok(p) => {
+                    let pods = self.view.pods_on_node(&name);
+                    let usage = gpus_in_use(p, &pods, &self.cfg.resource_name);
+                    for issue in &usage.issues {
+                        tracing::debug!(node = %name, "GPU accounting: {issue}");
+                    }
+                    usage.used
+                }
+                Err(_) => 0,
+            };
+            candidates.push(Candidate { name, prepared, used });
+        }
+        Ok((request, candidates))
+    }
+}
+
+fn states(candidates: &[Candidate]) -> Vec<NodeState<'_>> {
+    candidates
+        .iter()
+        .map(|c| match &c.prepared {
+            Ok(p) => NodeState::Known { prepared: p, used: c.used },
+            Err(reason) => NodeState::Unknown { reason },
+        })
+        .collect()
+}
+
+/// The extender's routes over `state`.
+pub fn router(state: Arc<ExtenderState>) -> Router {
+    let prefix = state.cfg.normalized_prefix();
+    Router::new()
+        .route(&format!("{prefix}/filter"), post(filter_handler))
+        .route(&format!("{prefix}/prioritize"), post(prioritize_handler))
+        .with_state(state)
+}
+
+/// Serve the extender on `listener` until `shutdown` completes, then let in-flight requests
+/// finish within the grace of `opts` ([`weft_kube::http`]).
+pub async fn serve<F>(
+    listener: TcpListener,
+    state: Arc<ExtenderState>,
+    opts: ServeOptions,
+    shutdown: F,
+) -> std::io::Result<()>
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, prefix = %state.cfg.normalized_prefix(), "scheduler extender listening");
+    }
+    weft_kube::http::serve(listener, router(state), None, opts, shutdown).await
+}
+
+/// A failed request: status and a plain-text message.
+struct Failure(StatusCode, String);
+
+impl IntoResponse for Failure {
+    fn into_response(self) -> Response {
+        let mut msg = self.1;
+        msg.push('\n');
+        (self.0, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], msg).into_response()
+    }
+}
+
+fn json_response(bytes: Vec<u8>) -> Response {
+    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], bytes).into_response()
+}
+
+async fn read_body(body: Body, limit: usize, headers: &HeaderMap) -> Result<Bytes, Failure> {
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    let too_large =
+        || Failure(StatusCode::PAYLOAD_TOO_LARGE, format!("request body is larger than the {limit}-byte limit"));
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let over = std::error::Error::source(&e)
+            .is_some_and(|s| s.downcast_ref::<http_body_util::LengthLimitError>().is_some())
+            || e.to_string().contains("length limit");
+        if over { too_large() } else { Failure(StatusCode::BAD_REQUEST, format!("cannot read request body: {e}")) }
+    })
+}
+
+fn decode_args(bytes: &[u8], verb: &str) -> Result<ExtenderArgs, Failure> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        Failure(
+            StatusCode::BAD_REQUEST,
+            format!("{verb}: body is not ExtenderArgs JSON (line {}, column {}): {e}", e.line(), e.column()),
+        )
+    })
+}
+
+async fn filter_handler(State(state): State<Arc<ExtenderState>>, headers: HeaderMap, body: Body) -> Response {
+    let (start, metrics) = (std::time::Instant::now(), state.metrics.clone());
+    let response = filter_inner(state, headers, body).await;
+    metrics.observe("filter", response.status(), start.elapsed());
+    response
+}
+
+async fn prioritize_handler(State(state): State<Arc<ExtenderState>>, headers: HeaderMap, body: Body) -> Response {
+    let (start, metrics) = (std::time::Instant::now(), state.metrics.clone());
+    let response = prioritize_inner(state, headers, body).await;
+    metrics.observe("prioritize", response.status(), start.elapsed());
+    response
+}
+
+/// Why a request got no decision.
+enum Unanswered {
+    /// Bad input or an internal failure, with the status and message to send.
+    Failed(Failure),
+    /// The request's time ran out (waiting for a slot or deciding).
+    TimedOut,
+}
+
+impl From<Failure> for Unanswered {
+    fn from(f: Failure) -> Unanswered {
+        Unanswered::Failed(f)
+    }
+}
+
+/// Reads the body, waits for a decision slot and runs `decide` on a blocking thread, all within
+/// the request timeout; `decide` gets the deadline so it stops when the time is up. The slot is
+/// held until `decide` returns, even when the answer was already given up.
+async fn decide<F>(state: Arc<ExtenderState>, headers: HeaderMap, body: Body, decide: F) -> Result<Vec<u8>, Unanswered>
+where
+    F: FnOnce(&ExtenderState, Bytes, Deadline) -> Result<Vec<u8>, Unanswered> + Send + 'static,
+{
+    let timeout = state.cfg.request_timeout;
+    let deadline = Deadline::at(std::time::Instant::now() + timeout);
+    let work = async move {
+        let bytes = read_body(body, state.cfg.max_body_bytes, &headers).await?;
+        let slot =
+            state.deciding.clone().acquire_owned().await.map_err(|e| {
+                Failure(StatusCode::SERVICE_UNAVAILABLE, format!("weft extender is shutting down: {e}"))
+            })?;
+        let st = state.clone();
+        let job = tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            decide(&st, bytes, deadline)
+        });
+        job.await.unwrap_or_else(|e| {
+            Err(Failure(StatusCode::SERVICE_UNAVAILABLE, format!("weft extender internal error: {e}")).into())
+        })
+    };
+    match tokio::time::timeout(timeout, work).await {
+        Ok(r) => r,
+        Err(_) => Err(Unanswered::TimedOut),
+    }
+}
+
+async fn filter_inner(state: Arc<ExtenderState>, headers: HeaderMap, body: Body) -> Response {
+    let timeout = state.cfg.request_timeout;
+    let decided = decide(state, headers, body, |st, bytes, deadline| {
+        let args = decode_args(&bytes, "filter")?;
+        let result = st.filter_until(args, deadline).map_err(|_| Unanswered::TimedOut)?;
+        Ok(encode(&result)?)
+    })
+    .await;
+    match decided {
+        Ok(bytes) => json_response(bytes),
+        Err(Unanswered::Failed(failure)) => failure.into_response(),
+        Err(Unanswered::TimedOut) => {
+            tracing::warn!(?timeout, "filter request timed out");
+            let result = ExtenderFilterResult {
+                error: format!("weft extender: filter did not finish within {timeout:?}"),
+                ..ExtenderFilterResult::default()
+            };
+            match encode(&result) {
+                Ok(bytes) => json_response(bytes),
+                Err(f) => f.into_response(),
+            }
+        }
+    }
+}
+
+async fn prioritize_inner(state: Arc<ExtenderState>, headers: HeaderMap, body: Body) -> Response {
+    let timeout = state.cfg.request_timeout;
+    let with_reasons = state.cfg.debug_reasons
+        && headers
+            .get(DEBUG_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "1");
+    let decided = decide(state, headers, body, move |st, bytes, deadline| {
+        let args = decode_args(&bytes, "prioritize")?;
+        match st.prioritize_until(&args, with_reasons, deadline) {
+            Ok(list) => Ok(encode(&list)?),
+            Err(ExtenderError::Expired(_)) => Err(Unanswered::TimedOut),
+            Err(e) => {
+                tracing::warn!(error = %e, "prioritize request cannot be answered");
+                Err(Failure(StatusCode::BAD_REQUEST, format!("prioritize: {e}")).into())
+            }
+        }
+    })
+    .await;
+    match decided {
+        Ok(bytes) => json_response(bytes),
+        Err(Unanswered::Failed(failure)) => failure.into_response(),
+        Err(Unanswered::TimedOut) => {
+            tracing::warn!(?timeout, "prioritize request timed out");
+            Failure(StatusCode::SERVICE_UNAVAILABLE, format!("prioritize did not finish within {timeout:?}"))
+                .into_response()
+        }
+    }
+}
+
+fn encode<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, Failure> {
+    serde_json::to_vec(value)
+        .map_err(|e| Failure(StatusCode::SERVICE_UNAVAILABLE, format!("cannot encode the response: {e}")))
+}

@@ -1,0 +1,70 @@
+//! The extender's test server on loopback and HTTP helpers, beside the shared fixtures of
+//! weft-testkit.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use weft_extender::{ExtenderConfig, ExtenderState, InMemoryView};
+pub use weft_testkit::*;
+
+/// An extender served on 127.0.0.1 with an ephemeral port.
+pub struct TestServer {
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    /// The state behind it.
+    pub state: Arc<ExtenderState>,
+    shutdown: Option<oneshot::Sender<()>>,
+    handle: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+impl TestServer {
+    /// Start serving `view` with `cfg`.
+    pub async fn start(view: Arc<InMemoryView>, cfg: ExtenderConfig) -> TestServer {
+        TestServer::start_with(view, cfg, weft_kube::http::ServeOptions::default()).await
+    }
+
+    /// Start serving `view` with `cfg` and these connection limits.
+    pub async fn start_with(
+        view: Arc<InMemoryView>,
+        cfg: ExtenderConfig,
+        opts: weft_kube::http::ServeOptions,
+    ) -> TestServer {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let state = Arc::new(ExtenderState::new(view, cfg));
+        let (tx, rx) = oneshot::channel::<()>();
+        let handle = tokio::spawn(weft_extender::serve(listener, state.clone(), opts, async move {
+            let _ = rx.await;
+        }));
+        TestServer { base, state, shutdown: Some(tx), handle: Some(handle) }
+    }
+
+    /// Shut down gracefully and return what `serve` returned.
+    pub async fn stop(mut self) -> std::io::Result<()> {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        self.handle.take().unwrap().await.unwrap()
+    }
+}
+
+/// POST a JSON body; returns status and body text.
+pub async fn post(url: &str, body: &Value) -> (u16, String) {
+    post_raw(url, serde_json::to_vec(body).unwrap(), &[]).await
+}
+
+/// POST raw bytes with extra headers; returns status and body text.
+pub async fn post_raw(url: &str, body: Vec<u8>, headers: &[(&str, &str)]) -> (u16, String) {
+    let client = reqwest::Client::new();
+    let mut req = client.post(url).header("Content-Type", "application/json").body(body);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.text().await.unwrap())
+}
