@@ -176,10 +176,7 @@ struct Sizes(Vec<usize>);
 
 impl Sizes {
     fn of(pods: &[SimPod]) -> Sizes {
-        let mut v: Vec<usize> = pods.iter().map(|p| p.gpus).collect();
-        v.sort_unstable();
-        v.dedup();
-        Sizes(v)
+        Sizes(pods.iter().map(|p| p.gpus).collect::<BTreeSet<usize>>().into_iter().collect())
     }
 
     /// Position of a size, if the stream asks for it.
