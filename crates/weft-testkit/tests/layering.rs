@@ -7,7 +7,7 @@ use std::path::PathBuf;
 /// Component crates: none may depend on another.
 const COMPONENTS: [&str; 3] = ["weft-extender", "weft-admission", "weft-crds"];
 /// Shared layers: may not depend on any component.
-const SHARED: [&str; 2] = ["weft-kube", "weft-record"];
+const SHARED: [&str; 3] = ["weft-kube", "weft-record", "weft-deviceplugin"];
 const TEST_ONLY: [&str; 3] = ["weft-testkit", "weft-fakeapi", "weft-nri-harness"];
 
 /// The names in a crate's `[dependencies]` table (not dev- or build-dependencies).
