@@ -328,6 +328,13 @@ fn dispatch(shared: &Arc<Shared>, path: &ResourcePath, verb: Verb, ctx: &Request
             Ok(Reply::Json(200, if ctx.metadata_only { partial_list(list) } else { list }))
         }
         Verb::Watch => watch_reply(shared, spec, path, ctx),
+        Verb::Create if spec.group.is_empty() && spec.plural == "pods" && sub == Some("binding") => {
+            let name = need_name()?;
+            let body = patch::parse_object(&ctx.body, "request body")?;
+            let w = write_ctx(ctx)?;
+            let status = shared.write(|st| ops::bind_pod(st, &spec, ns, name, body, &w))?;
+            Ok(Reply::Json(201, status))
+        }
         Verb::Create => {
             if path.name.is_some() || sub.is_some() {
                 return Err(ApiError::method_not_allowed("POST is only supported on collections"));

@@ -458,6 +458,105 @@ pub(crate) fn update(
     finish_write(st, spec, &existing, new, ctx, sub, Ownership::RecordUpdate)
 }
 
+/// POST `pods/{name}/binding`, as the API server's `BindingREST.Create`: the Binding's name must be
+/// the pod's, its target a Node by name; then, atomically, the pod must still match the Binding's
+/// uid (and resourceVersion, when given), not be terminating, not be bound already and have no
+/// scheduling gates; it gets `spec.nodeName`, the Binding's annotations and `PodScheduled=True`.
+/// Refusals of the pod's state are 409 Conflicts on `pods/binding`, with upstream's messages.
+pub(crate) fn bind_pod(
+    st: &mut State,
+    spec: &ResourceSpec,
+    ns: Option<&str>,
+    name: &str,
+    binding: Value,
+    ctx: &WriteCtx,
+) -> Result<Value, ApiError> {
+    let binding_ref = ObjRef { group: "", plural: "bindings", name };
+    if binding.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("") != name {
+        return Err(ApiError::bad_request("name in URL does not match name in Binding object"));
+    }
+    let target_kind = binding.pointer("/target/kind").and_then(Value::as_str).unwrap_or("");
+    if !target_kind.is_empty() && target_kind != "Node" {
+        return Err(ApiError::invalid(
+            binding_ref,
+            "Binding",
+            &format!("target.kind: Unsupported value: \"{target_kind}\": supported values: \"Node\""),
+        ));
+    }
+    let node = binding.pointer("/target/name").and_then(Value::as_str).unwrap_or("").to_owned();
+    if node.is_empty() {
+        return Err(ApiError::invalid(binding_ref, "Binding", "target.name: Required value"));
+    }
+    let existing =
+        st.get(&spec.group_resource(), ns, name).cloned().ok_or_else(|| ApiError::not_found(obj_ref(spec, name)))?;
+    let refuse = |why: String| ApiError::conflict(ObjRef { group: "", plural: "pods/binding", name }, &why);
+    let field = |v: &Value, path: &str| v.pointer(path).and_then(Value::as_str).unwrap_or("").to_owned();
+    let uid = field(&binding, "/metadata/uid");
+    if !uid.is_empty() && uid != field(&existing, "/metadata/uid") {
+        return Err(refuse(format!(
+            "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+            field(&existing, "/metadata/uid")
+        )));
+    }
+    let rv = field(&binding, "/metadata/resourceVersion");
+    if !rv.is_empty() && Some(rv.as_str()) != meta::resource_version(&existing) {
+        return Err(ApiError::stale(obj_ref(spec, name)));
+    }
+    if existing.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null()) {
+        return Err(refuse(format!("pod {name} is being deleted, cannot be assigned to a host")));
+    }
+    let bound = field(&existing, "/spec/nodeName");
+    if !bound.is_empty() {
+        return Err(refuse(format!("pod {name} is already assigned to node \"{bound}\"")));
+    }
+    if existing.pointer("/spec/schedulingGates").and_then(Value::as_array).is_some_and(|g| !g.is_empty()) {
+        return Err(refuse(format!("pod {name} has non-empty .spec.schedulingGates")));
+    }
+    let mut pod = existing.clone();
+    pod["spec"]["nodeName"] = Value::String(node);
+    if let Some(annotations) = binding.pointer("/metadata/annotations").and_then(Value::as_object) {
+        let target = pod["metadata"]
+            .as_object_mut()
+            .ok_or_else(|| ApiError::internal("stored pod has no metadata"))?
+            .entry("annotations")
+            .or_insert_with(|| json!({}));
+        if !target.is_object() {
+            *target = json!({});
+        }
+        for (k, v) in annotations {
+            target[k] = v.clone();
+        }
+    }
+    set_pod_scheduled(&mut pod);
+    finish_write(st, spec, &existing, pod, ctx, None, Ownership::RecordUpdate)?;
+    Ok(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}))
+}
+
+/// The `PodScheduled` condition set to True (added, or its status changed with a new transition time).
+fn set_pod_scheduled(pod: &mut Value) {
+    let now = meta::now_rfc3339();
+    if !pod["status"].is_object() {
+        pod["status"] = json!({});
+    }
+    if !pod["status"]["conditions"].is_array() {
+        pod["status"]["conditions"] = json!([]);
+    }
+    if let Some(conditions) = pod["status"]["conditions"].as_array_mut() {
+        match conditions.iter_mut().find(|c| c["type"] == "PodScheduled") {
+            Some(c) if c["status"] == "True" => {}
+            Some(c) => {
+                c["status"] = json!("True");
+                c["lastTransitionTime"] = json!(now);
+                if let Some(o) = c.as_object_mut() {
+                    o.remove("reason");
+                    o.remove("message");
+                }
+            }
+            None => conditions.push(json!({"type": "PodScheduled", "status": "True", "lastTransitionTime": now})),
+        }
+    }
+}
+
 /// PATCH; returns the object and the HTTP code (201 when an apply created it).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn patch(

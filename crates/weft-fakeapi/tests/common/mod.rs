@@ -47,3 +47,11 @@ pub fn api_error<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> (u16, String)
         other => panic!("expected an API error, got {other:?}"),
     }
 }
+
+/// The `code` and `message` of a kube API error.
+pub fn api_message<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> (u16, String) {
+    match r {
+        Err(kube::Error::Api(s)) => (s.code, s.message.clone()),
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
