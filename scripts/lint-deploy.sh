@@ -461,8 +461,10 @@ def check_scheduler_config(services, deployments):
             err(where, f"managedResources entry has unknown fields {sorted(set(k) - {'name', 'ignoredByScheduler'})}")
     if e.get("filterVerb") != "filter" or e.get("prioritizeVerb") != "prioritize":
         err(where, "weft serves the verbs filter and prioritize")
-    if e.get("bindVerb") or e.get("preemptVerb"):
-        err(where, "weft does not bind or answer preemption: leave bindVerb and preemptVerb out")
+    if e.get("bindVerb") != "bind":
+        err(where, "weft binds the pods it manages: bindVerb must be bind")
+    if e.get("preemptVerb"):
+        err(where, "weft does not answer preemption: leave preemptVerb out")
     if not isinstance(e.get("weight"), int) or e["weight"] < 1:
         err(where, "weight must be a positive integer")
     m = re.fullmatch(r"http://([a-z0-9-]+)\.([a-z0-9-]+)\.svc(?:\.cluster\.local)?:(\d+)(/[^ ]*)?", e["urlPrefix"])

@@ -44,6 +44,9 @@ pub struct ExtenderConfig {
     pub debug_reasons: bool,
     /// Bounds of the topology cache.
     pub cache_limits: CacheLimits,
+    /// How long a GPU decision made by bind counts as used while the watch has not shown the pod
+    /// on its node yet ([`crate::reservations`]).
+    pub reservation_ttl: Duration,
 }
 
 impl Default for ExtenderConfig {
@@ -60,6 +63,7 @@ impl Default for ExtenderConfig {
             max_concurrent_decisions: std::thread::available_parallelism().map_or(2, usize::from),
             debug_reasons: false,
             cache_limits: CacheLimits::default(),
+            reservation_ttl: Duration::from_secs(60),
         }
     }
 }

@@ -4,21 +4,30 @@
 //!   `weft.io/gpu-topology` annotation, read once per text by the [`cache`]) and the GPUs its pods
 //!   hold (`weft_record::gpus_in_use`). The decisions are pure ([`decision`]); the wire types are in
 //!   [`wire`].
+//! - `POST /bind` ([`bind`]) picks the pod's GPUs on the chosen node, records the decision on the
+//!   pod and creates its Binding in one write; decisions not yet visible through the watch are held
+//!   in [`reservations`] and count as used.
 //! - The cluster view ([`view::ClusterView`]): an in-memory one and a reflector-backed one
 //!   ([`kube_view::KubeClusterView`]).
 //!
 //! Operator documentation: `docs/scheduler-extender.md`.
 
+pub mod bind;
 pub mod cache;
 pub mod config;
 pub mod decision;
 pub mod kube_view;
+pub mod reservations;
 pub mod server;
 pub mod view;
 pub mod wire;
 
+pub use bind::{KubePodBinder, PodBinder};
 pub use config::ExtenderConfig;
 pub use kube_view::KubeClusterView;
 pub use server::{ExtenderError, ExtenderState, router, serve};
 pub use view::{ClusterView, InMemoryView};
-pub use wire::{ExtenderArgs, ExtenderFilterResult, HostPriority, HostPriorityList, MAX_EXTENDER_PRIORITY, NodeList};
+pub use wire::{
+    ExtenderArgs, ExtenderBindingArgs, ExtenderBindingResult, ExtenderFilterResult, HostPriority, HostPriorityList,
+    MAX_EXTENDER_PRIORITY, NodeList,
+};

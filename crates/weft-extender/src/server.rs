@@ -1,6 +1,6 @@
 //! The scheduler extender: request handling ([`ExtenderState`]) and its HTTP server (axum).
 //!
-//! Routes: `POST {prefix}/filter`, `POST {prefix}/prioritize`. Health, readiness and metrics are on
+//! Routes: `POST {prefix}/filter`, `POST {prefix}/prioritize`, `POST {prefix}/bind` ([`crate::bind`]). Health, readiness and metrics are on
 //! the ops endpoint ([`weft_kube::ops`]); [`ExtenderState::register_metrics`] and
 //! [`ExtenderState::add_readiness_check`] hook the extender into it.
 //!
@@ -40,11 +40,13 @@ use thiserror::Error;
 use tokio::net::TcpListener;
 use weft_alloc::{PreparedNode, ScoreCache};
 
+use crate::bind::PodBinder;
 use crate::cache::TopologyCache;
 use crate::config::ExtenderConfig;
 use crate::decision::{self, Deadline, Expired, NodeState, Verdict};
+use crate::reservations::Reservations;
 use crate::view::ClusterView;
-use crate::wire::{ExtenderArgs, ExtenderFilterResult, HostPriority, HostPriorityList, NodeList};
+use crate::wire::{ExtenderArgs, ExtenderBindingArgs, ExtenderFilterResult, HostPriority, HostPriorityList, NodeList};
 use weft_kube::http::ServeOptions;
 use weft_record::usage::{PodRef, gpus_in_use};
 
@@ -84,6 +86,8 @@ pub enum ExtenderError {
 /// Everything a request needs: the cluster view, the settings and the topology cache.
 pub struct ExtenderState {
     view: Arc<dyn ClusterView>,
+    binder: Option<Arc<dyn PodBinder>>,
+    reservations: Reservations,
     cfg: ExtenderConfig,
     cache: TopologyCache,
     scores: Mutex<ScoreCache>,
@@ -146,6 +150,8 @@ impl ExtenderState {
     pub fn new(view: Arc<dyn ClusterView>, cfg: ExtenderConfig) -> ExtenderState {
         ExtenderState {
             view,
+            binder: None,
+            reservations: Reservations::new(cfg.reservation_ttl),
             cache: TopologyCache::with_limits(cfg.cache_limits),
             scores: Mutex::new(ScoreCache::with_capacity(SCORE_CACHE_CAPACITY)),
             deciding: Arc::new(tokio::sync::Semaphore::new(cfg.max_concurrent_decisions.max(1))),
@@ -180,6 +186,22 @@ impl ExtenderState {
     /// The cluster view.
     pub fn view(&self) -> &Arc<dyn ClusterView> {
         &self.view
+    }
+
+    /// The same state, able to bind pods through `binder` (`POST /bind`).
+    pub fn with_binder(mut self, binder: Arc<dyn PodBinder>) -> ExtenderState {
+        self.binder = Some(binder);
+        self
+    }
+
+    /// What bind writes through, if it can write.
+    pub fn binder(&self) -> Option<&Arc<dyn PodBinder>> {
+        self.binder.as_ref()
+    }
+
+    /// GPU decisions made by bind and not yet visible through the watch.
+    pub fn reservations(&self) -> &Reservations {
+        &self.reservations
     }
 
     /// The topology cache.
@@ -313,7 +335,8 @@ impl ExtenderState {
                     for issue in &usage.issues {
                         tracing::debug!(node = %name, "GPU accounting: {issue}");
                     }
-                    usage.used
+                    let visible = |uid: &str| pods.iter().any(|p| p.metadata.uid.as_deref() == Some(uid));
+                    usage.used | self.reservations.held(&name, std::time::Instant::now(), visible)
                 }
                 Err(_) => 0,
             };
@@ -339,6 +362,7 @@ pub fn router(state: Arc<ExtenderState>) -> Router {
     Router::new()
         .route(&format!("{prefix}/filter"), post(filter_handler))
         .route(&format!("{prefix}/prioritize"), post(prioritize_handler))
+        .route(&format!("{prefix}/bind"), post(bind_handler))
         .with_state(state)
 }
 
@@ -410,6 +434,34 @@ async fn prioritize_handler(State(state): State<Arc<ExtenderState>>, headers: He
     let (start, metrics) = (std::time::Instant::now(), state.metrics.clone());
     let response = prioritize_inner(state, headers, body).await;
     metrics.observe("prioritize", response.status(), start.elapsed());
+    response
+}
+
+async fn bind_handler(State(state): State<Arc<ExtenderState>>, headers: HeaderMap, body: Body) -> Response {
+    let (start, metrics) = (std::time::Instant::now(), state.metrics.clone());
+    let timeout = state.cfg.request_timeout;
+    let work = async {
+        let bytes = read_body(body, state.cfg.max_body_bytes, &headers).await?;
+        let args: ExtenderBindingArgs = serde_json::from_slice(&bytes).map_err(|e| {
+            Failure(StatusCode::BAD_REQUEST, format!("bind: body is not ExtenderBindingArgs JSON: {e}"))
+        })?;
+        encode(&state.bind(&args).await)
+    };
+    let response = match tokio::time::timeout(timeout, work).await {
+        Ok(Ok(bytes)) => json_response(bytes),
+        Ok(Err(failure)) => failure.into_response(),
+        Err(_) => {
+            tracing::warn!(?timeout, "bind request timed out");
+            let result = crate::wire::ExtenderBindingResult {
+                error: format!("weft extender: bind did not finish within {timeout:?}"),
+            };
+            match encode(&result) {
+                Ok(bytes) => json_response(bytes),
+                Err(f) => f.into_response(),
+            }
+        }
+    };
+    metrics.observe("bind", response.status(), start.elapsed());
     response
 }
 

@@ -166,6 +166,54 @@ pub struct HostPriority {
 /// The body of a prioritize response.
 pub type HostPriorityList = Vec<HostPriority>;
 
+/// The body of a bind request (`bindVerb`): the pod kube-scheduler chose a node for, and the node.
+/// The extender that sets `bindVerb` must create the pod's Binding itself.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExtenderBindingArgs {
+    /// The pod's name.
+    #[serde(
+        rename = "PodName",
+        alias = "podName",
+        alias = "podname",
+        alias = "PODNAME",
+        default,
+        deserialize_with = "null_as_default"
+    )]
+    pub pod_name: String,
+    /// The pod's namespace.
+    #[serde(
+        rename = "PodNamespace",
+        alias = "podNamespace",
+        alias = "podnamespace",
+        alias = "PODNAMESPACE",
+        default,
+        deserialize_with = "null_as_default"
+    )]
+    pub pod_namespace: String,
+    /// The pod's UID.
+    #[serde(
+        rename = "PodUID",
+        alias = "podUID",
+        alias = "podUid",
+        alias = "poduid",
+        alias = "PODUID",
+        default,
+        deserialize_with = "null_as_default"
+    )]
+    pub pod_uid: String,
+    /// The chosen node.
+    #[serde(rename = "Node", alias = "node", alias = "NODE", default, deserialize_with = "null_as_default")]
+    pub node: String,
+}
+
+/// The body of a bind response: empty `Error` when the pod was bound.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExtenderBindingResult {
+    /// Non-empty when binding failed; kube-scheduler treats it as an error of this extender.
+    #[serde(rename = "Error", alias = "error", alias = "ERROR", default, deserialize_with = "null_as_default")]
+    pub error: String,
+}
+
 /// Read `null` (as Go writes nil maps, slices and pointers) as the type's default.
 fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
 where

@@ -136,3 +136,29 @@ fn wire_node_echoes_fields_unknown_to_k8s_openapi() {
     let typed = WireNode::from_node(wn.node().clone()).unwrap();
     assert_eq!(typed, wn);
 }
+
+#[test]
+fn binding_args_and_result_as_go_writes_and_reads_them() {
+    use weft_extender::wire::{ExtenderBindingArgs, ExtenderBindingResult};
+    // encoding/json of k8s.io/kube-scheduler/extender/v1.ExtenderBindingArgs: no json tags, so the
+    // Go field names; PodUID is a types.UID (a string).
+    let go = r#"{"PodName":"trainer-0","PodNamespace":"ml","PodUID":"5e1f","Node":"gpu-7"}"#;
+    let args: ExtenderBindingArgs = serde_json::from_str(go).unwrap();
+    assert_eq!(
+        args,
+        ExtenderBindingArgs {
+            pod_name: "trainer-0".into(),
+            pod_namespace: "ml".into(),
+            pod_uid: "5e1f".into(),
+            node: "gpu-7".into()
+        }
+    );
+    assert_eq!(serde_json::to_string(&args).unwrap(), go);
+    // Go's decoder matches keys case-insensitively; so do we.
+    let lower: ExtenderBindingArgs =
+        serde_json::from_str(r#"{"podname":"trainer-0","podnamespace":"ml","poduid":"5e1f","node":"gpu-7"}"#).unwrap();
+    assert_eq!(lower, args);
+    assert_eq!(serde_json::to_string(&ExtenderBindingResult::default()).unwrap(), r#"{"Error":""}"#);
+    let failed: ExtenderBindingResult = serde_json::from_str(r#"{"Error":"node full"}"#).unwrap();
+    assert_eq!(failed.error, "node full");
+}

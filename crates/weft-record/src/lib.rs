@@ -4,7 +4,9 @@
 //! - A node's GPU topology in the [`TOPOLOGY_ANNOTATION`]: [`publish`] writes it once,
 //!   [`node_agent`] keeps it equal to the discovered topology while the agent runs.
 //! - The GPUs a pod holds: [`usage`] reads the [`GPU_IDS_ANNOTATION`] and the pods' requests.
+//! - The scheduler's GPU decision for a pod ([`decision::GpuDecision`]), recorded when it binds.
 
+pub mod decision;
 pub mod node_agent;
 pub mod publish;
 pub mod usage;
@@ -13,5 +15,6 @@ pub mod usage;
 /// (`weft_topology::inventory::to_json`, format in `docs/topology.md`).
 pub const TOPOLOGY_ANNOTATION: &str = "weft.io/gpu-topology";
 
+pub use decision::{GPU_DECISION_ANNOTATION, GpuDecision};
 pub use publish::{PublishError, PublishOutcome, publish_topology, publish_topology_with};
 pub use usage::{DEFAULT_GPU_RESOURCE, GPU_IDS_ANNOTATION, GpuUsage, UsageIssue, gpus_in_use};

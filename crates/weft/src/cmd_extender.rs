@@ -61,6 +61,10 @@ pub struct ExtenderArgs {
     /// Bytes the topology cache may hold (annotation text and prepared topologies).
     #[arg(long, default_value_t = weft_extender::cache::DEFAULT_MAX_BYTES)]
     cache_max_bytes: usize,
+    /// Seconds a GPU decision made by bind counts as used while the watch has not yet shown the
+    /// pod on its node.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    reservation_ttl_seconds: u64,
     /// Serve without a cluster, to try the extender locally: nodes from this cluster file (the
     /// simulator's SimCluster format, `weft simulate --cluster`; `default` for the embedded default
     /// cluster), named `<type>-<i>` and annotated with their topologies.
@@ -93,13 +97,19 @@ pub fn run(a: ExtenderArgs) -> anyhow::Result<()> {
         max_concurrent_decisions: a.max_concurrent_decisions.map_or(defaults.max_concurrent_decisions, |n| n as usize),
         debug_reasons: a.debug_reasons,
         cache_limits: CacheLimits { max_nodes: a.cache_max_nodes, max_bytes: a.cache_max_bytes },
+        reservation_ttl: Duration::from_secs(a.reservation_ttl_seconds),
     };
     component::run("scheduler-extender", &a.ops, |c| async move {
-        let view: Arc<dyn ClusterView> = match &a.cluster_file {
-            Some(file) => Arc::new(local_view(file, a.pods_file.as_deref())?),
-            None => Arc::new(KubeClusterView::spawn(a.kube.client().await?)),
+        // Against a cluster the extender also binds (`POST /bind`); from files it cannot write.
+        let state = match &a.cluster_file {
+            Some(file) => ExtenderState::new(Arc::new(local_view(file, a.pods_file.as_deref())?), cfg),
+            None => {
+                let client = a.kube.client().await?;
+                let view: Arc<dyn ClusterView> = Arc::new(KubeClusterView::spawn(client.clone()));
+                ExtenderState::new(view, cfg).with_binder(Arc::new(weft_extender::KubePodBinder::new(client)))
+            }
         };
-        let state = Arc::new(ExtenderState::new(view, cfg));
+        let state = Arc::new(state);
         c.ops.register_metrics(|registry| state.register_metrics(registry));
         state.add_readiness_check(&c.ops);
         c.started();

@@ -1,0 +1,174 @@
+//! The bind verb: kube-scheduler hands the extender a pod and the node it chose; the extender picks
+//! the pod's GPUs on that node, records the decision on the pod and creates the pod's Binding, in
+//! one write. The API server copies a Binding's annotations onto the pod in the same atomic update
+//! that sets `spec.nodeName`, so a pod is never bound without its decision, nor annotated without
+//! being bound: there is no half state to repair.
+//!
+//! Between the write and the moment the watch shows the pod on its node, the decision is held in
+//! [`crate::reservations`], which filter, prioritize and the next bind count as used.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, PostParams};
+use weft_alloc::{Policy, Request, allocate};
+use weft_record::usage::{format_gpu_ids, gpus_in_use};
+use weft_record::{GPU_DECISION_ANNOTATION, GPU_IDS_ANNOTATION, GpuDecision};
+
+use crate::server::ExtenderState;
+use crate::wire::{ExtenderBindingArgs, ExtenderBindingResult};
+
+/// Who the decision says made it.
+pub const DECIDED_BY: &str = "weft-scheduler-extender";
+
+/// The API writes a bind needs (a seam for tests and for serving without a cluster).
+#[async_trait]
+pub trait PodBinder: Send + Sync {
+    /// The pod, or `None` when it does not exist.
+    async fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, String>;
+
+    /// Binds the pod to `node` with `annotations`, in one write that fails unless the pod still has
+    /// `uid` and is not bound.
+    async fn bind(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        node: &str,
+        annotations: BTreeMap<String, String>,
+    ) -> Result<(), String>;
+}
+
+/// [`PodBinder`] over the API server: GET the pod, POST its `binding` subresource.
+#[derive(Clone)]
+pub struct KubePodBinder {
+    client: kube::Client,
+}
+
+impl KubePodBinder {
+    /// A binder over `client`.
+    pub fn new(client: kube::Client) -> KubePodBinder {
+        KubePodBinder { client }
+    }
+}
+
+#[async_trait]
+impl PodBinder for KubePodBinder {
+    async fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, String> {
+        Api::<Pod>::namespaced(self.client.clone(), namespace)
+            .get_opt(name)
+            .await
+            .map_err(|e| format!("reading pod {namespace}/{name}: {e}"))
+    }
+
+    async fn bind(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        node: &str,
+        annotations: BTreeMap<String, String>,
+    ) -> Result<(), String> {
+        let binding = Binding {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                namespace: Some(namespace.to_string()),
+                uid: Some(uid.to_string()),
+                annotations: (!annotations.is_empty()).then_some(annotations),
+                ..ObjectMeta::default()
+            },
+            target: ObjectReference { kind: Some("Node".into()), name: Some(node.to_string()), ..Default::default() },
+        };
+        Api::<Pod>::namespaced(self.client.clone(), namespace)
+            .create_subresource::<Binding, serde_json::Value>("binding", name, &PostParams::default(), &binding)
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("binding pod {namespace}/{name} to {node}: {e}"))
+    }
+}
+
+impl ExtenderState {
+    /// Answers a bind request: the pod is bound to the node with its GPU decision, or `Error` says
+    /// why not (and nothing was written or reserved).
+    pub async fn bind(&self, args: &ExtenderBindingArgs) -> ExtenderBindingResult {
+        match self.bind_pod(args).await {
+            Ok(()) => ExtenderBindingResult::default(),
+            Err(error) => {
+                tracing::warn!(pod = %format!("{}/{}", args.pod_namespace, args.pod_name), node = %args.node, "bind: {error}");
+                ExtenderBindingResult { error }
+            }
+        }
+    }
+
+    async fn bind_pod(&self, args: &ExtenderBindingArgs) -> Result<(), String> {
+        let binder = self.binder().ok_or("this extender cannot bind: it has no API access (--cluster-file mode)")?;
+        let (namespace, name, node) = (args.pod_namespace.as_str(), args.pod_name.as_str(), args.node.as_str());
+        if name.is_empty() || node.is_empty() {
+            return Err("bind request names no pod or no node".into());
+        }
+        let pod = binder.pod(namespace, name).await?.ok_or_else(|| format!("pod {namespace}/{name} does not exist"))?;
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        if !args.pod_uid.is_empty() && uid != args.pod_uid {
+            return Err(format!("pod {namespace}/{name} was replaced (uid {uid}, bind asked for {})", args.pod_uid));
+        }
+        match pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+            // A retried bind whose first write went through.
+            Some(bound) if bound == node => return Ok(()),
+            Some(bound) => return Err(format!("pod {namespace}/{name} is already bound to {bound}")),
+            None => {}
+        }
+        let request = weft_resources::pod_request(&pod, &self.config().resource_name)
+            .map_err(|e| format!("pod {namespace}/{name}: {e}"))?;
+        let mut annotations = BTreeMap::new();
+        let decided = if request == 0 { None } else { self.decide_gpus(node, &uid, request)? };
+        if let Some(gpus) = &decided {
+            let decision = GpuDecision {
+                node: node.to_string(),
+                gpus: gpus.clone(),
+                decided_at: k8s_openapi::jiff::Timestamp::now()
+                    .round(k8s_openapi::jiff::Unit::Second)
+                    .map_or_else(|_| String::new(), |t| t.to_string()),
+                by: DECIDED_BY.to_string(),
+            };
+            annotations.insert(GPU_IDS_ANNOTATION.to_string(), format_gpu_ids(gpus));
+            annotations.insert(GPU_DECISION_ANNOTATION.to_string(), decision.to_annotation());
+        }
+        if let Err(e) = binder.bind(namespace, name, &uid, node, annotations).await {
+            self.reservations().release(node, &uid);
+            return Err(e);
+        }
+        tracing::debug!(pod = %format!("{namespace}/{name}"), %node, gpus = ?decided, "bound");
+        Ok(())
+    }
+
+    /// Picks and reserves `count` GPUs for the pod `uid` on `node`: the best-effort set over the
+    /// GPUs neither held by the node's pods nor reserved for others. `None` when the node has no
+    /// GPU topology (the node's device plugin then chooses), unless topology is required.
+    fn decide_gpus(&self, node: &str, uid: &str, count: u64) -> Result<Option<Vec<usize>>, String> {
+        let node_object = self.view().node(node).ok_or_else(|| format!("node {node} is not known to the extender"))?;
+        let prepared = match self.cache().resolve(&node_object) {
+            Ok(p) => p,
+            Err(reason) if self.config().require_topology => return Err(format!("node {node}: {reason}")),
+            Err(_) => return Ok(None),
+        };
+        let count = usize::try_from(count).map_err(|_| format!("the pod asks for {count} GPUs"))?;
+        let now = Instant::now();
+        // The ledger first, then the view: see `Reservations::lock`.
+        let mut ledger = self.reservations().lock(node);
+        let pods = self.view().pods_on_node(node);
+        let visible = |uid: &str| pods.iter().any(|p| p.metadata.uid.as_deref() == Some(uid));
+        let used = gpus_in_use(&prepared, &pods, &self.config().resource_name).used | ledger.others(uid, now, visible);
+        let free: Vec<usize> = (0..prepared.len()).filter(|&g| used & (1u128 << g) == 0).collect();
+        if free.len() < count {
+            return Err(format!("node {node} has {} free GPUs now; the pod asks for {count}", free.len()));
+        }
+        let chosen = allocate(&prepared, &Policy::BestEffort, &Request { count, available: &free, required: &[] })
+            .map_err(|e| format!("node {node}: {e}"))?;
+        let set = chosen.gpus.iter().fold(0u128, |m, &g| m | (1u128 << g));
+        ledger.reserve(uid, set, now);
+        Ok(Some((0..128).filter(|&g| set & (1u128 << g) != 0).collect()))
+    }
+}

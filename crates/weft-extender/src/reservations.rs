@@ -1,0 +1,165 @@
+//! GPUs decided by bind but not yet visible through the watch (kube-scheduler calls this
+//! "assume"): filter, prioritize and the next bind count them as used, so two pods bound in quick
+//! succession never get the same GPU. A reservation ends when the view shows its pod on the node
+//! (its `weft.io/gpu-ids` then counts through the normal accounting), when its bind fails, or after
+//! a bounded time (a pod deleted before the watch showed it).
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+/// The in-flight GPU decisions of this extender, per node.
+#[derive(Debug)]
+pub struct Reservations {
+    ttl: Duration,
+    by_node: Mutex<HashMap<String, Vec<Held>>>,
+}
+
+#[derive(Clone, Debug)]
+struct Held {
+    pod_uid: String,
+    gpus: u128,
+    until: Instant,
+}
+
+impl Reservations {
+    /// A ledger whose reservations last at most `ttl`.
+    pub fn new(ttl: Duration) -> Reservations {
+        Reservations { ttl, by_node: Mutex::new(HashMap::new()) }
+    }
+
+    /// GPUs reserved on `node` at `now`. Reservations that expired, or whose pod `visible` says the
+    /// view already shows on the node, end here.
+    pub fn held(&self, node: &str, now: Instant, visible: impl Fn(&str) -> bool) -> u128 {
+        let mut by_node = self.by_node.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(list) = by_node.get_mut(node) else { return 0 };
+        list.retain(|h| h.until > now && !visible(&h.pod_uid));
+        let held = list.iter().fold(0, |m, h| m | h.gpus);
+        if list.is_empty() {
+            by_node.remove(node);
+        }
+        held
+    }
+
+    /// The ledger of `node`, locked: no other decision (on any node) and no pruning interleaves
+    /// until the returned guard is dropped. Read the view *after* taking it: a reservation may be
+    /// dropped as soon as some view snapshot shows its pod, so a decision must not use a snapshot
+    /// older than the ledger it reads.
+    pub fn lock<'a>(&'a self, node: &str) -> NodeLedger<'a> {
+        NodeLedger {
+            by_node: self.by_node.lock().unwrap_or_else(PoisonError::into_inner),
+            node: node.to_string(),
+            ttl: self.ttl,
+        }
+    }
+
+    /// Ends `pod_uid`'s reservation on `node` (its bind failed).
+    pub fn release(&self, node: &str, pod_uid: &str) {
+        let mut by_node = self.by_node.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(list) = by_node.get_mut(node) {
+            list.retain(|h| h.pod_uid != pod_uid);
+            if list.is_empty() {
+                by_node.remove(node);
+            }
+        }
+    }
+
+    /// Reservations held now, over all nodes (expired ones included until a lookup drops them).
+    pub fn len(&self) -> usize {
+        self.by_node.lock().unwrap_or_else(PoisonError::into_inner).values().map(Vec::len).sum()
+    }
+
+    /// Whether no reservation is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// One node's reservations, locked (see [`Reservations::lock`]).
+pub struct NodeLedger<'a> {
+    by_node: MutexGuard<'a, HashMap<String, Vec<Held>>>,
+    node: String,
+    ttl: Duration,
+}
+
+impl NodeLedger<'_> {
+    /// GPUs reserved for pods other than `pod_uid`; reservations that expired or whose pod
+    /// `visible` says the view shows on the node end here, as does `pod_uid`'s own.
+    pub fn others(&mut self, pod_uid: &str, now: Instant, visible: impl Fn(&str) -> bool) -> u128 {
+        let list = self.by_node.entry(self.node.clone()).or_default();
+        list.retain(|h| h.until > now && !visible(&h.pod_uid) && h.pod_uid != pod_uid);
+        list.iter().fold(0, |m, h| m | h.gpus)
+    }
+
+    /// Reserves `gpus` for `pod_uid` until `now` + the ledger's ttl.
+    pub fn reserve(mut self, pod_uid: &str, gpus: u128, now: Instant) {
+        let until = now + self.ttl;
+        self.by_node.entry(self.node.clone()).or_default().push(Held { pod_uid: pod_uid.to_string(), gpus, until });
+    }
+}
+
+impl Drop for NodeLedger<'_> {
+    fn drop(&mut self) {
+        if self.by_node.get(&self.node).is_some_and(Vec::is_empty) {
+            self.by_node.remove(&self.node);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TTL: Duration = Duration::from_secs(30);
+
+    /// Takes `gpus` on `node` for `uid` unless another reservation holds one of them.
+    fn take(r: &Reservations, node: &str, uid: &str, gpus: u128, now: Instant) -> bool {
+        let mut ledger = r.lock(node);
+        if ledger.others(uid, now, |_| false) & gpus != 0 {
+            return false;
+        }
+        ledger.reserve(uid, gpus, now);
+        true
+    }
+
+    #[test]
+    fn a_reservation_counts_until_its_pod_is_visible() {
+        let r = Reservations::new(TTL);
+        let t = Instant::now();
+        assert!(take(&r, "n1", "a", 0b11, t));
+        assert_eq!(r.held("n1", t, |_| false), 0b11);
+        assert_eq!(r.held("n2", t, |_| false), 0);
+        // Another pod cannot take what is reserved.
+        assert!(!take(&r, "n1", "b", 0b10, t));
+        assert!(take(&r, "n1", "b", 0b100, t));
+        assert_eq!(r.held("n1", t, |_| false), 0b111);
+        // The watch shows pod a: its GPUs are now counted from its annotation, not the ledger.
+        assert_eq!(r.held("n1", t, |uid| uid == "a"), 0b100);
+        assert_eq!(r.len(), 1);
+    }
+
+    #[test]
+    fn reservations_expire_and_failed_binds_release_theirs() {
+        let r = Reservations::new(TTL);
+        let t = Instant::now();
+        assert!(take(&r, "n1", "a", 0b1, t));
+        assert!(take(&r, "n1", "b", 0b10, t));
+        r.release("n1", "b");
+        assert_eq!(r.held("n1", t, |_| false), 0b1);
+        assert_eq!(r.held("n1", t + TTL, |_| false), 0, "expired at the ttl");
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn deciding_again_for_a_pod_replaces_its_reservation_and_a_refusal_reserves_nothing() {
+        let r = Reservations::new(TTL);
+        let t = Instant::now();
+        assert!(take(&r, "n1", "a", 0b1, t));
+        assert!(take(&r, "n1", "a", 0b1, t), "its own reservation is not in the way");
+        assert_eq!(r.len(), 1);
+        let mut ledger = r.lock("n2");
+        assert_eq!(ledger.others("c", t, |_| false), 0);
+        drop(ledger);
+        assert_eq!(r.len(), 1, "looking reserved nothing");
+    }
+}

@@ -1,0 +1,192 @@
+//! The bind verb on the fake API server, through the extender's HTTP routes as kube-scheduler
+//! calls them: filter → prioritize → bind for 50 pods at once onto 4 nodes, a bind whose node
+//! filled meanwhile, retried and GPU-less binds. The view is the real reflector-backed one, so the
+//! gap between a bind and the watch showing it is real; reservations must cover it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use weft_extender::{ExtenderConfig, ExtenderState, KubeClusterView, KubePodBinder};
+use weft_fakeapi::FakeApiServer;
+use weft_record::usage::parse_gpu_ids;
+use weft_record::{GPU_DECISION_ANNOTATION, GPU_IDS_ANNOTATION, GpuDecision};
+
+const HANG_GUARD: Duration = Duration::from_secs(60);
+
+async fn guard<F: std::future::Future>(what: &str, f: F) -> F::Output {
+    tokio::time::timeout(HANG_GUARD, f).await.unwrap_or_else(|_| panic!("hung: {what}"))
+}
+
+struct Cluster {
+    api: FakeApiServer,
+    base: String,
+    state: Arc<ExtenderState>,
+    http: reqwest::Client,
+}
+
+/// The fake API server with `nodes` (name, GPUs; PCIe-only topology) and an extender over it.
+async fn cluster(nodes: &[(&str, usize)]) -> Cluster {
+    let api = FakeApiServer::start().await;
+    let client = api.client();
+    let node_api: Api<Node> = Api::all(client.clone());
+    for (name, gpus) in nodes {
+        let mut n = common::node(name, Some(&common::pcie_only(name, *gpus)), *gpus);
+        n.metadata.resource_version = None;
+        n.metadata.uid = None;
+        node_api.create(&PostParams::default(), &n).await.unwrap();
+    }
+    let view = KubeClusterView::spawn(client.clone());
+    guard("the view to sync", view.wait_until_ready()).await;
+    let state = Arc::new(
+        ExtenderState::new(Arc::new(view), ExtenderConfig::default()).with_binder(Arc::new(KubePodBinder::new(client))),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(weft_extender::serve(listener, state.clone(), Default::default(), std::future::pending()));
+    Cluster { api, base, state, http: reqwest::Client::new() }
+}
+
+/// Creates a pending pod asking for `gpus` GPUs; returns it as the API server stored it.
+async fn pending(c: &Cluster, name: &str, gpus: u32) -> Pod {
+    let mut v = common::pending_pod_json(name, gpus);
+    for k in ["uid", "resourceVersion", "creationTimestamp", "ownerReferences"] {
+        v["metadata"].as_object_mut().unwrap().remove(k);
+    }
+    v["status"] = json!({});
+    let pod: Pod = serde_json::from_value(v).unwrap();
+    Api::<Pod>::namespaced(c.api.client(), "ml").create(&PostParams::default(), &pod).await.unwrap()
+}
+
+async fn post(c: &Cluster, verb: &str, body: &Value) -> Value {
+    let r = c.http.post(format!("{}/{verb}", c.base)).json(body).send().await.unwrap();
+    assert_eq!(r.status(), 200, "{verb}");
+    r.json().await.unwrap()
+}
+
+fn bind_args(pod: &Pod, node: &str) -> Value {
+    json!({"PodName": pod.metadata.name, "PodNamespace": pod.metadata.namespace, "PodUID": pod.metadata.uid, "Node": node})
+}
+
+/// What kube-scheduler does for one pod with weft as its extender: filter, prioritize, take the
+/// best node, bind; a failed bind is a failed attempt and the pod is tried again.
+async fn schedule(c: &Cluster, pod: &Pod, nodes: &[&str]) -> Result<String, String> {
+    let mut last = String::new();
+    for _ in 0..20 {
+        let args = json!({"Pod": pod, "NodeNames": nodes});
+        let filtered = post(c, "filter", &args).await;
+        let passing: Vec<String> = serde_json::from_value(filtered["NodeNames"].clone()).unwrap_or_default();
+        if passing.is_empty() {
+            return Err(format!("no node passes: {filtered}"));
+        }
+        let scores = post(c, "prioritize", &json!({"Pod": pod, "NodeNames": passing})).await;
+        let best = scores.as_array().unwrap().iter().max_by_key(|h| h["Score"].as_i64()).unwrap()["Host"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let result = post(c, "bind", &bind_args(pod, &best)).await;
+        match result["Error"].as_str() {
+            Some("") => return Ok(best),
+            Some(e) => last = e.to_string(),
+            None => panic!("bind answered {result}"),
+        }
+    }
+    Err(last)
+}
+
+fn decision_of(pod: &Pod) -> Option<(Vec<usize>, GpuDecision)> {
+    let a = pod.metadata.annotations.as_ref()?;
+    let ids = parse_gpu_ids(a.get(GPU_IDS_ANNOTATION)?).unwrap();
+    let decision = GpuDecision::from_annotation(a.get(GPU_DECISION_ANNOTATION)?).unwrap();
+    Some((ids, decision))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fifty_pods_bound_at_once_onto_four_nodes_never_share_a_gpu() {
+    let names = ["n1", "n2", "n3", "n4"];
+    let c = Arc::new(cluster(&names.map(|n| (n, 16))).await);
+    // 14 pods of 2 GPUs and 36 of 1: exactly the 64 GPUs of the cluster.
+    let mut pods = Vec::new();
+    for i in 0..50 {
+        pods.push(pending(&c, &format!("p{i:02}"), if i < 14 { 2 } else { 1 }).await);
+    }
+    let mut tasks = Vec::new();
+    for pod in pods.clone() {
+        let c = c.clone();
+        tasks.push(tokio::spawn(async move { schedule(&c, &pod, &names).await }));
+    }
+    for (pod, task) in pods.iter().zip(tasks) {
+        let node = guard("a pod to schedule", task).await.unwrap();
+        assert!(node.is_ok(), "{}: {node:?}", pod.metadata.name.as_deref().unwrap());
+    }
+    let stored = Api::<Pod>::namespaced(c.api.client(), "ml").list(&Default::default()).await.unwrap();
+    let mut held: BTreeMap<String, BTreeSet<usize>> = BTreeMap::new();
+    for pod in &stored.items {
+        let name = pod.metadata.name.clone().unwrap();
+        let node = pod.spec.as_ref().unwrap().node_name.clone().unwrap_or_else(|| panic!("{name} is not bound"));
+        let (ids, decision) = decision_of(pod).unwrap_or_else(|| panic!("{name} has no GPU decision"));
+        let asked = if name.as_str() < "p14" { 2 } else { 1 };
+        assert_eq!(ids.len(), asked, "{name}");
+        assert_eq!((decision.node.as_str(), &decision.gpus), (node.as_str(), &ids), "{name}: the decision matches");
+        for g in ids {
+            assert!(held.entry(node.clone()).or_default().insert(g), "GPU {g} of {node} given twice (to {name})");
+        }
+    }
+    assert_eq!(held.values().map(BTreeSet::len).sum::<usize>(), 64);
+    // Everything the extender did (watches, pod reads, bindings) is what its RBAC grants; the test's
+    // own setup writes (nodes, pods) are left out.
+    let extender_requests: Vec<_> = c
+        .api
+        .requests()
+        .into_iter()
+        .filter(|r| !(r.verb == weft_fakeapi::Verb::Create && r.subresource.is_none()))
+        .collect();
+    common::rbac::assert_granted(&extender_requests, &["base/scheduler-extender/rbac.yaml"]);
+}
+
+#[tokio::test]
+async fn a_bind_whose_node_filled_meanwhile_writes_and_reserves_nothing() {
+    let c = cluster(&[("small", 2)]).await;
+    let a = pending(&c, "a", 2).await;
+    let b = pending(&c, "b", 2).await;
+    // Both passed filter while the node was empty; a binds first.
+    assert_eq!(post(&c, "bind", &bind_args(&a, "small")).await, json!({"Error": ""}));
+    let refused = post(&c, "bind", &bind_args(&b, "small")).await;
+    let error = refused["Error"].as_str().unwrap();
+    assert!(error.contains("node small has 0 free GPUs now; the pod asks for 2"), "{error}");
+    let b_now = Api::<Pod>::namespaced(c.api.client(), "ml").get("b").await.unwrap();
+    assert_eq!(b_now.spec.unwrap().node_name, None, "b is not bound");
+    assert!(!b_now.metadata.annotations.unwrap_or_default().contains_key(GPU_IDS_ANNOTATION), "nor annotated");
+    assert_eq!(c.state.reservations().len(), 1, "only a's decision is held");
+    // Filter now sees the node full, whether or not the watch has shown a yet.
+    let filtered = post(&c, "filter", &json!({"Pod": b, "NodeNames": ["small"]})).await;
+    assert_eq!(filtered["NodeNames"], json!([]), "{filtered}");
+}
+
+#[tokio::test]
+async fn a_retried_bind_succeeds_and_a_pod_without_gpus_is_bound_without_a_decision() {
+    let c = cluster(&[("n1", 8)]).await;
+    let a = pending(&c, "a", 1).await;
+    assert_eq!(post(&c, "bind", &bind_args(&a, "n1")).await, json!({"Error": ""}));
+    assert_eq!(post(&c, "bind", &bind_args(&a, "n1")).await, json!({"Error": ""}), "the first write went through");
+    let elsewhere = post(&c, "bind", &bind_args(&a, "n2")).await;
+    assert!(elsewhere["Error"].as_str().unwrap().contains("already bound to n1"), "{elsewhere}");
+
+    let idle = pending(&c, "idle", 0).await;
+    assert_eq!(post(&c, "bind", &bind_args(&idle, "n1")).await, json!({"Error": ""}));
+    let stored = Api::<Pod>::namespaced(c.api.client(), "ml").get("idle").await.unwrap();
+    assert_eq!(stored.spec.as_ref().unwrap().node_name.as_deref(), Some("n1"));
+    assert!(decision_of(&stored).is_none());
+
+    let mut replaced = a.clone();
+    replaced.metadata.uid = Some("another".into());
+    let stale = post(&c, "bind", &bind_args(&replaced, "n1")).await;
+    assert!(stale["Error"].as_str().unwrap().contains("was replaced"), "{stale}");
+}
