@@ -6,6 +6,10 @@
 //!   best-effort result (the worst case).
 //! - `prioritize/request`: a 5,000-name `NodeNames` request end to end without the socket: JSON
 //!   decode, topology cache lookups, GPU accounting from bound pods, decisions, JSON encode.
+//! - `bind/decide`: one bind on the same 5,000-node cluster (pod read, ledger, the node's GPU
+//!   accounting, best-effort set, the Binding's annotations) with an in-memory API in place of the
+//!   API server; `bind/cycle`: filter + prioritize over all 5,000 nodes, then bind on the best, as
+//!   kube-scheduler drives one pod. Both also print p50/p99 over 2,000 timed runs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../tests/common/mod.rs"]
@@ -14,11 +18,16 @@ mod common;
 use std::hint::black_box;
 use std::sync::Arc;
 
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
 use criterion::{Criterion, criterion_group, criterion_main};
+use k8s_openapi::api::core::v1::Pod;
 use weft_alloc::PreparedNode;
 use weft_extender::decision::{NodeState, prioritize};
-use weft_extender::wire::ExtenderArgs;
-use weft_extender::{ExtenderConfig, ExtenderState, InMemoryView};
+use weft_extender::wire::{ExtenderArgs, ExtenderBindingArgs};
+use weft_extender::{ExtenderConfig, ExtenderState, InMemoryView, PodBinder};
 
 const NODES: usize = 5_000;
 const REQUEST: u64 = 4;
@@ -74,7 +83,8 @@ fn bench_pure(c: &mut Criterion) {
     g.finish();
 }
 
-fn bench_request(c: &mut Criterion) {
+/// The 5,000-node view (bound pods hold `used_mask(i)`) and its node names.
+fn cluster_view() -> (Arc<InMemoryView>, Vec<String>) {
     let view = Arc::new(InMemoryView::new());
     let mut names = Vec::with_capacity(NODES);
     for i in 0..NODES {
@@ -90,6 +100,11 @@ fn bench_request(c: &mut Criterion) {
         }
         names.push(name);
     }
+    (view, names)
+}
+
+fn bench_request(c: &mut Criterion) {
+    let (view, names) = cluster_view();
     let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
     let body = serde_json::to_vec(&common::args_with_names(common::pending_pod_json("p", REQUEST as u32), &name_refs))
         .unwrap();
@@ -109,5 +124,84 @@ fn bench_request(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_pure, bench_request);
+/// The API server's side of a bind, in memory: the pending pod is read, every Binding accepted.
+struct MemoryApi {
+    pod: Pod,
+}
+
+#[async_trait]
+impl PodBinder for MemoryApi {
+    async fn pod(&self, _: &str, _: &str) -> Result<Option<Pod>, String> {
+        Ok(Some(self.pod.clone()))
+    }
+
+    async fn bind(&self, _: &str, _: &str, _: &str, _: &str, a: BTreeMap<String, String>) -> Result<(), String> {
+        black_box(a);
+        Ok(())
+    }
+}
+
+fn percentiles(mut samples: Vec<Duration>) -> (Duration, Duration) {
+    samples.sort();
+    (samples[samples.len() / 2], samples[samples.len() * 99 / 100])
+}
+
+fn bench_bind(c: &mut Criterion) {
+    let (view, names) = cluster_view();
+    let pod_json = common::pending_pod_json("p", 1);
+    let pod: Pod = serde_json::from_value(pod_json.clone()).unwrap();
+    // Reservations expire at once: every run decides against the same cluster, not one that fills.
+    let cfg = ExtenderConfig { reservation_ttl: Duration::from_nanos(1), ..ExtenderConfig::default() };
+    let state = ExtenderState::new(view, cfg).with_binder(Arc::new(MemoryApi { pod }));
+    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let args = |i: usize| ExtenderBindingArgs {
+        pod_name: "p".into(),
+        pod_namespace: "ml".into(),
+        pod_uid: "uid-p".into(),
+        node: names[i % names.len()].clone(),
+    };
+    let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let request: ExtenderArgs = serde_json::from_value(common::args_with_names(pod_json, &name_refs)).unwrap();
+    let cycle = |i: usize| {
+        let passed = state.filter(request.clone()).node_names.unwrap_or_default();
+        let scored = state.prioritize(&ExtenderArgs { node_names: Some(passed), ..request.clone() }, false).unwrap();
+        let best = scored.iter().max_by_key(|h| h.score).unwrap().host.clone();
+        runtime.block_on(state.bind(&ExtenderBindingArgs { node: best, ..args(i) }))
+    };
+    // Warm the topology cache.
+    assert_eq!(cycle(0).error, "");
+
+    let mut g = c.benchmark_group("bind");
+    let mut i = 0;
+    g.bench_function("decide", |b| {
+        b.iter(|| {
+            i += 1;
+            runtime.block_on(state.bind(black_box(&args(i))))
+        })
+    });
+    g.sample_size(20);
+    g.bench_function("cycle", |b| {
+        b.iter(|| {
+            i += 1;
+            cycle(i)
+        })
+    });
+    g.finish();
+
+    let timed = |f: &mut dyn FnMut(usize)| {
+        (0..2_000)
+            .map(|i| {
+                let t = Instant::now();
+                f(i);
+                t.elapsed()
+            })
+            .collect::<Vec<_>>()
+    };
+    let (p50, p99) = percentiles(timed(&mut |i| assert_eq!(runtime.block_on(state.bind(&args(i))).error, "")));
+    println!("bind/decide over 2,000 binds: p50 {p50:?}, p99 {p99:?}");
+    let (p50, p99) = percentiles(timed(&mut |i| assert_eq!(cycle(i).error, "")));
+    println!("bind/cycle (filter + prioritize over 5,000 nodes + bind), 2,000 pods: p50 {p50:?}, p99 {p99:?}");
+}
+
+criterion_group!(benches, bench_pure, bench_request, bench_bind);
 criterion_main!(benches);
