@@ -81,7 +81,7 @@ impl Webhook {
         let state = Arc::new(WebhookState::new(jobs, AdmissionOptions::default()));
         let mut registry = ops::registry();
         state.register_metrics(&mut registry);
-        tls.register_metrics(&mut registry);
+        tls.register_metrics(&mut registry, "webhook");
         let ops = Ops::new(registry);
         state.add_readiness_check(&ops);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -25,7 +25,7 @@ pub mod wire;
 pub use bind::{KubePodBinder, PodBinder};
 pub use config::ExtenderConfig;
 pub use kube_view::KubeClusterView;
-pub use server::{ExtenderError, ExtenderState, router, serve};
+pub use server::{ExtenderError, ExtenderState, router, serve, serve_with};
 pub use view::{ClusterView, InMemoryView};
 pub use wire::{
     ExtenderArgs, ExtenderBindingArgs, ExtenderBindingResult, ExtenderFilterResult, HostPriority, HostPriorityList,

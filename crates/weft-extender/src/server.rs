@@ -377,10 +377,26 @@ pub async fn serve<F>(
 where
     F: Future<Output = ()> + Send + 'static,
 {
+    serve_with(listener, state, None, opts, shutdown).await
+}
+
+/// [`serve`] over HTTPS when `tls` is given (the configuration can change while serving, see
+/// [`weft_kube::tls::TlsFiles`]).
+pub async fn serve_with<F>(
+    listener: TcpListener,
+    state: Arc<ExtenderState>,
+    tls: Option<axum_server::tls_rustls::RustlsConfig>,
+    opts: ServeOptions,
+    shutdown: F,
+) -> std::io::Result<()>
+where
+    F: Future<Output = ()> + Send + 'static,
+{
     if let Ok(addr) = listener.local_addr() {
-        tracing::info!(%addr, prefix = %state.cfg.normalized_prefix(), "scheduler extender listening");
+        let https = tls.is_some();
+        tracing::info!(%addr, https, prefix = %state.cfg.normalized_prefix(), "scheduler extender listening");
     }
-    weft_kube::http::serve(listener, router(state), None, opts, shutdown).await
+    weft_kube::http::serve(listener, router(state), tls, opts, shutdown).await
 }
 
 /// A failed request: status and a plain-text message.

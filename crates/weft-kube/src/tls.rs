@@ -138,9 +138,9 @@ impl TlsFiles {
         Ok(true)
     }
 
-    /// Registers `weft_webhook_tls_reloads_total{result="loaded"|"failed"}`.
-    pub fn register_metrics(&self, registry: &mut Registry) {
-        registry.sub_registry_with_prefix("webhook").register(
+    /// Registers `weft_<component>_tls_reloads_total{result="loaded"|"failed"}`.
+    pub fn register_metrics(&self, registry: &mut Registry, component: &str) {
+        registry.sub_registry_with_prefix(component).register(
             "tls_reloads",
             "Changes of the serving certificate files: loaded, or failed to load (the previous one is kept)",
             self.reloads.clone(),

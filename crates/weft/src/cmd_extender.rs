@@ -9,8 +9,9 @@ use anyhow::Context;
 use clap::Args;
 use weft_alloc::ScoreConfig;
 use weft_extender::cache::CacheLimits;
-use weft_extender::{ClusterView, ExtenderConfig, ExtenderState, InMemoryView, KubeClusterView, serve};
+use weft_extender::{ClusterView, ExtenderConfig, ExtenderState, InMemoryView, KubeClusterView, serve_with};
 use weft_kube::http::ServeOptions;
+use weft_kube::tls::TlsFiles;
 
 use crate::component::{self, note};
 use crate::kube_args::{KubeArgs, OpsArgs};
@@ -65,6 +66,16 @@ pub struct ExtenderArgs {
     /// pod on its node.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
     reservation_ttl_seconds: u64,
+    /// Serve HTTPS with this certificate chain (PEM, leaf first; reloaded when the file changes).
+    /// Set `enableHTTPS: true` and the CA in kube-scheduler's extender `tlsConfig` to match.
+    #[arg(long, value_name = "FILE", requires = "tls_key_file")]
+    tls_cert_file: Option<PathBuf>,
+    /// Private key of the serving certificate, PEM (PKCS#8, PKCS#1 or SEC1). Reloaded with it.
+    #[arg(long, value_name = "FILE", requires = "tls_cert_file")]
+    tls_key_file: Option<PathBuf>,
+    /// How often the certificate files are checked for changes, seconds.
+    #[arg(long, default_value_t = 10, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    tls_reload_interval: u64,
     /// Serve without a cluster, to try the extender locally: nodes from this cluster file (the
     /// simulator's SimCluster format, `weft simulate --cluster`; `default` for the embedded default
     /// cluster), named `<type>-<i>` and annotated with their topologies.
@@ -99,6 +110,13 @@ pub fn run(a: ExtenderArgs) -> anyhow::Result<()> {
         cache_limits: CacheLimits { max_nodes: a.cache_max_nodes, max_bytes: a.cache_max_bytes },
         reservation_ttl: Duration::from_secs(a.reservation_ttl_seconds),
     };
+    let tls = match (&a.tls_cert_file, &a.tls_key_file) {
+        (Some(cert), Some(key)) => {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            Some(Arc::new(TlsFiles::load(cert, key).context("loading the serving certificate")?))
+        }
+        _ => None,
+    };
     component::run("scheduler-extender", &a.ops, |c| async move {
         // Against a cluster the extender also binds (`POST /bind`); from files it cannot write.
         let state = match &a.cluster_file {
@@ -110,15 +128,33 @@ pub fn run(a: ExtenderArgs) -> anyhow::Result<()> {
             }
         };
         let state = Arc::new(state);
-        c.ops.register_metrics(|registry| state.register_metrics(registry));
+        c.ops.register_metrics(|registry| {
+            state.register_metrics(registry);
+            if let Some(tls) = &tls {
+                tls.register_metrics(registry, "extender");
+            }
+        });
         state.add_readiness_check(&c.ops);
         c.started();
+        let reloader =
+            tls.as_ref().map(|t| t.spawn_reloader(Duration::from_secs(a.tls_reload_interval), c.shutdown.clone()));
         let listener =
             tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("listening on {}", a.listen))?;
         let addr = listener.local_addr().unwrap_or(a.listen);
-        note(format_args!("weft scheduler-extender listening on {addr} (ready once node and pod caches sync)"));
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        note(format_args!(
+            "weft scheduler-extender listening on {scheme}://{addr} (ready once node and pod caches sync)"
+        ));
         let stop = c.shutdown.clone();
-        serve(listener, state, ServeOptions::default(), async move { stop.cancelled().await }).await.context("serving")
+        let config = tls.as_ref().map(|t| t.config());
+        let served =
+            serve_with(listener, state, config, ServeOptions::default(), async move { stop.cancelled().await }).await;
+        c.shutdown.cancel();
+        served.context("serving")?;
+        if let Some(reloader) = reloader {
+            reloader.await.context("certificate reload task")?;
+        }
+        Ok(())
     })
 }
 

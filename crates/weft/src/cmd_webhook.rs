@@ -70,7 +70,7 @@ pub fn run(a: WebhookArgs) -> anyhow::Result<()> {
         let state = Arc::new(WebhookState::new(jobs, opts));
         c.ops.register_metrics(|registry| {
             state.register_metrics(registry);
-            tls.register_metrics(registry);
+            tls.register_metrics(registry, "webhook");
         });
         state.add_readiness_check(&c.ops);
         c.started();

@@ -117,7 +117,8 @@ fn read_until_listening(child: &mut Child, marker: &'static str) -> (String, Str
             }
             seen.push_str(&line);
             if let Some(rest) = line.split(marker).nth(1) {
-                let addr = rest.split_whitespace().next().unwrap_or_default().trim_start_matches("https://");
+                let addr = rest.split_whitespace().next().unwrap_or_default();
+                let addr = addr.trim_start_matches("https://").trim_start_matches("http://");
                 let _ = tx.send(Ok((seen, addr.to_string(), lines)));
                 return;
             }
@@ -156,8 +157,9 @@ async fn the_extender_can_be_tried_without_a_cluster() {
     assert!(wait_exit(child).expect("stops on SIGTERM").success());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_webhook_can_be_tried_without_a_cluster() {
+/// A serving certificate for 127.0.0.1 signed by a fresh CA, written into `dir`: (certificate file,
+/// key file, a client that trusts only that CA).
+fn local_tls(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf, reqwest::Client) {
     use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -165,10 +167,58 @@ async fn the_webhook_can_be_tried_without_a_cluster() {
     let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
     let key = KeyPair::generate().unwrap();
     let cert = CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap().signed_by(&key, &ca).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let (cert_file, key_file) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    let (cert_file, key_file) = (dir.join("tls.crt"), dir.join("tls.key"));
     std::fs::write(&cert_file, cert.pem()).unwrap();
     std::fs::write(&key_file, key.serialize_pem()).unwrap();
+    let http = reqwest::Client::builder()
+        .use_rustls_tls()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.pem().as_bytes()).unwrap())
+        .build()
+        .unwrap();
+    (cert_file, key_file, http)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_extender_serves_https_when_given_a_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert_file, key_file, https) = local_tls(dir.path());
+    let (child, addr) = start_listening(
+        &[
+            "scheduler-extender",
+            "--cluster-file=default",
+            &format!("--tls-cert-file={}", cert_file.display()),
+            &format!("--tls-key-file={}", key_file.display()),
+            "--listen=127.0.0.1:0",
+            "--ops-listen=127.0.0.1:0",
+        ],
+        "scheduler-extender listening on ",
+    );
+    let body = std::fs::read(example("filter-args.json")).unwrap();
+    let filtered: serde_json::Value =
+        https.post(format!("https://{addr}/filter")).body(body.clone()).send().await.unwrap().json().await.unwrap();
+    assert_eq!(filtered["Error"], "", "{filtered}");
+    let plain = reqwest::Client::new().post(format!("http://{addr}/filter")).body(body).send().await;
+    assert!(plain.is_err() || !plain.unwrap().status().is_success(), "plain HTTP is not served");
+    // Without a cluster there is nothing to bind through: an error, not a fake success.
+    let bound: serde_json::Value = https
+        .post(format!("https://{addr}/bind"))
+        .body(r#"{"PodName":"p","PodNamespace":"ml","PodUID":"u","Node":"dgx-a100-0"}"#)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(bound["Error"].as_str().unwrap().contains("cannot bind"), "{bound}");
+    sigterm(child.id());
+    assert!(wait_exit(child).expect("stops on SIGTERM").success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_webhook_can_be_tried_without_a_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert_file, key_file, http) = local_tls(dir.path());
 
     let (child, addr) = start_listening(
         &[
@@ -181,12 +231,6 @@ async fn the_webhook_can_be_tried_without_a_cluster() {
         ],
         "webhook listening on ",
     );
-    let http = reqwest::Client::builder()
-        .use_rustls_tls()
-        .tls_built_in_root_certs(false)
-        .add_root_certificate(reqwest::Certificate::from_pem(ca.pem().as_bytes()).unwrap())
-        .build()
-        .unwrap();
     let review = std::fs::read(example("pod-review.json")).unwrap();
     let answer: serde_json::Value =
         http.post(format!("https://{addr}/pods/mutate")).body(review).send().await.unwrap().json().await.unwrap();
