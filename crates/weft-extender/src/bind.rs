@@ -18,6 +18,7 @@ use weft_alloc::{Policy, Request, allocate};
 use weft_record::usage::{format_gpu_ids, gpus_in_use};
 use weft_record::{GPU_DECISION_ANNOTATION, GPU_IDS_ANNOTATION, GpuDecision};
 
+use crate::reservations::shown_in;
 use crate::server::ExtenderState;
 use crate::wire::{ExtenderBindingArgs, ExtenderBindingResult};
 
@@ -159,8 +160,8 @@ impl ExtenderState {
         // The ledger first, then the view: see `Reservations::lock`.
         let mut ledger = self.reservations().lock(node);
         let pods = self.view().pods_on_node(node);
-        let visible = |uid: &str| pods.iter().any(|p| p.metadata.uid.as_deref() == Some(uid));
-        let used = gpus_in_use(&prepared, &pods, &self.config().resource_name).used | ledger.others(uid, now, visible);
+        let reserved = ledger.others(uid, now, shown_in(&pods));
+        let used = gpus_in_use(&prepared, &pods, &self.config().resource_name).used | reserved;
         let free: Vec<usize> = (0..prepared.len()).filter(|&g| used & (1u128 << g) == 0).collect();
         if free.len() < count {
             return Err(format!("node {node} has {} free GPUs now; the pod asks for {count}", free.len()));

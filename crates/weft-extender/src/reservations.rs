@@ -5,8 +5,10 @@
 //! a bounded time (a pod deleted before the watch showed it).
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
 
 /// The in-flight GPU decisions of this extender, per node.
 #[derive(Debug)]
@@ -33,8 +35,7 @@ impl Reservations {
     pub fn held(&self, node: &str, now: Instant, visible: impl Fn(&str) -> bool) -> u128 {
         let mut by_node = self.by_node.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(list) = by_node.get_mut(node) else { return 0 };
-        list.retain(|h| h.until > now && !visible(&h.pod_uid));
-        let held = list.iter().fold(0, |m, h| m | h.gpus);
+        let held = prune_and_count(list, now, visible, None);
         if list.is_empty() {
             by_node.remove(node);
         }
@@ -75,6 +76,19 @@ impl Reservations {
     }
 }
 
+/// Drops from `list` the reservations that expired at `now`, whose pod `visible` says the view
+/// shows, and `replaced`'s own; returns the GPUs the rest hold.
+fn prune_and_count(list: &mut Vec<Held>, now: Instant, visible: impl Fn(&str) -> bool, replaced: Option<&str>) -> u128 {
+    list.retain(|h| h.until > now && !visible(&h.pod_uid) && Some(h.pod_uid.as_str()) != replaced);
+    list.iter().fold(0, |m, h| m | h.gpus)
+}
+
+/// Whether `uid` is among `pods` (the `visible` test of [`Reservations::held`] and
+/// [`NodeLedger::others`] over a node's pods as the view shows them).
+pub fn shown_in(pods: &[Arc<Pod>]) -> impl Fn(&str) -> bool + '_ {
+    move |uid| pods.iter().any(|p| p.metadata.uid.as_deref() == Some(uid))
+}
+
 /// One node's reservations, locked (see [`Reservations::lock`]).
 pub struct NodeLedger<'a> {
     by_node: MutexGuard<'a, HashMap<String, Vec<Held>>>,
@@ -86,9 +100,7 @@ impl NodeLedger<'_> {
     /// GPUs reserved for pods other than `pod_uid`; reservations that expired or whose pod
     /// `visible` says the view shows on the node end here, as does `pod_uid`'s own.
     pub fn others(&mut self, pod_uid: &str, now: Instant, visible: impl Fn(&str) -> bool) -> u128 {
-        let list = self.by_node.entry(self.node.clone()).or_default();
-        list.retain(|h| h.until > now && !visible(&h.pod_uid) && h.pod_uid != pod_uid);
-        list.iter().fold(0, |m, h| m | h.gpus)
+        self.by_node.get_mut(&self.node).map_or(0, |list| prune_and_count(list, now, visible, Some(pod_uid)))
     }
 
     /// Reserves `gpus` for `pod_uid` until `now` + the ledger's ttl.

@@ -1,8 +1,9 @@
 //! The scheduler extender: request handling ([`ExtenderState`]) and its HTTP server (axum).
 //!
-//! Routes: `POST {prefix}/filter`, `POST {prefix}/prioritize`, `POST {prefix}/bind` ([`crate::bind`]). Health, readiness and metrics are on
-//! the ops endpoint ([`weft_kube::ops`]); [`ExtenderState::register_metrics`] and
-//! [`ExtenderState::add_readiness_check`] hook the extender into it.
+//! Routes: `POST {prefix}/filter`, `POST {prefix}/prioritize`, `POST {prefix}/bind`
+//! ([`crate::bind`]). Health, readiness and metrics are on the ops endpoint ([`weft_kube::ops`]);
+//! [`ExtenderState::register_metrics`] and [`ExtenderState::add_readiness_check`] hook the
+//! extender into it.
 //!
 //! Status codes (kube-scheduler treats any non-200 answer as an error of this extender):
 //! - 200 for every well-formed request. A filter that cannot be answered (no pod, no nodes, an
@@ -44,7 +45,7 @@ use crate::bind::PodBinder;
 use crate::cache::TopologyCache;
 use crate::config::ExtenderConfig;
 use crate::decision::{self, Deadline, Expired, NodeState, Verdict};
-use crate::reservations::Reservations;
+use crate::reservations::{Reservations, shown_in};
 use crate::view::ClusterView;
 use crate::wire::{ExtenderArgs, ExtenderBindingArgs, ExtenderFilterResult, HostPriority, HostPriorityList, NodeList};
 use weft_kube::http::ServeOptions;
@@ -323,6 +324,7 @@ impl ExtenderState {
             }
         };
         let total = names.len();
+        let now = std::time::Instant::now();
         let mut candidates = Vec::with_capacity(total);
         for (i, (name, prepared)) in names.into_iter().zip(resolved).enumerate() {
             if deadline.passed() {
@@ -335,8 +337,7 @@ impl ExtenderState {
                     for issue in &usage.issues {
                         tracing::debug!(node = %name, "GPU accounting: {issue}");
                     }
-                    let visible = |uid: &str| pods.iter().any(|p| p.metadata.uid.as_deref() == Some(uid));
-                    usage.used | self.reservations.held(&name, std::time::Instant::now(), visible)
+                    usage.used | self.reservations.held(&name, now, shown_in(&pods))
                 }
                 Err(_) => 0,
             };
@@ -461,20 +462,16 @@ async fn bind_handler(State(state): State<Arc<ExtenderState>>, headers: HeaderMa
         let args: ExtenderBindingArgs = serde_json::from_slice(&bytes).map_err(|e| {
             Failure(StatusCode::BAD_REQUEST, format!("bind: body is not ExtenderBindingArgs JSON: {e}"))
         })?;
-        encode(&state.bind(&args).await)
+        Ok::<_, Failure>(state.bind(&args).await)
     };
     let response = match tokio::time::timeout(timeout, work).await {
-        Ok(Ok(bytes)) => json_response(bytes),
+        Ok(Ok(result)) => respond(&result),
         Ok(Err(failure)) => failure.into_response(),
         Err(_) => {
             tracing::warn!(?timeout, "bind request timed out");
-            let result = crate::wire::ExtenderBindingResult {
+            respond(&crate::wire::ExtenderBindingResult {
                 error: format!("weft extender: bind did not finish within {timeout:?}"),
-            };
-            match encode(&result) {
-                Ok(bytes) => json_response(bytes),
-                Err(f) => f.into_response(),
-            }
+            })
         }
     };
     metrics.observe("bind", response.status(), start.elapsed());
@@ -538,14 +535,10 @@ async fn filter_inner(state: Arc<ExtenderState>, headers: HeaderMap, body: Body)
         Err(Unanswered::Failed(failure)) => failure.into_response(),
         Err(Unanswered::TimedOut) => {
             tracing::warn!(?timeout, "filter request timed out");
-            let result = ExtenderFilterResult {
+            respond(&ExtenderFilterResult {
                 error: format!("weft extender: filter did not finish within {timeout:?}"),
                 ..ExtenderFilterResult::default()
-            };
-            match encode(&result) {
-                Ok(bytes) => json_response(bytes),
-                Err(f) => f.into_response(),
-            }
+            })
         }
     }
 }
@@ -577,6 +570,14 @@ async fn prioritize_inner(state: Arc<ExtenderState>, headers: HeaderMap, body: B
             Failure(StatusCode::SERVICE_UNAVAILABLE, format!("prioritize did not finish within {timeout:?}"))
                 .into_response()
         }
+    }
+}
+
+/// A 200 JSON answer of `value`, or the failure to encode it.
+fn respond<T: serde::Serialize>(value: &T) -> Response {
+    match encode(value) {
+        Ok(bytes) => json_response(bytes),
+        Err(f) => f.into_response(),
     }
 }
 
