@@ -297,33 +297,24 @@ impl<'c> WeftIndex<'c> {
 struct FitIndex {
     sizes: Sizes,
     fits: Vec<FenwickTree<usize>>,
-    counts: Vec<usize>,
 }
 
 impl FitIndex {
     fn new(state: &State<'_>, sizes: Sizes) -> FitIndex {
-        let mut fits = Vec::with_capacity(sizes.0.len());
-        let mut counts = Vec::with_capacity(sizes.0.len());
-        for &size in &sizes.0 {
-            let bits: Vec<usize> = state.free.iter().map(|m| usize::from(m.count_ones() as usize >= size)).collect();
-            counts.push(bits.iter().sum());
-            fits.push(bits.into_iter().collect());
-        }
-        FitIndex { sizes, fits, counts }
+        let fits = sizes
+            .0
+            .iter()
+            .map(|&size| state.free.iter().map(|m| usize::from(m.count_ones() as usize >= size)).collect())
+            .collect();
+        FitIndex { sizes, fits }
     }
 
     fn moved(&mut self, node: usize, old: u128, new: u128) {
         let (old, new) = (old.count_ones() as usize, new.count_ones() as usize);
         for (k, &size) in self.sizes.0.iter().enumerate() {
             match (old >= size, new >= size) {
-                (false, true) => {
-                    self.fits[k].add_at(node, 1);
-                    self.counts[k] += 1;
-                }
-                (true, false) => {
-                    self.fits[k].sub_at(node, 1);
-                    self.counts[k] -= 1;
-                }
+                (false, true) => self.fits[k].add_at(node, 1),
+                (true, false) => self.fits[k].sub_at(node, 1),
                 _ => {}
             }
         }
@@ -331,7 +322,7 @@ impl FitIndex {
 
     /// How many nodes have `gpus` free.
     fn count(&self, gpus: usize) -> usize {
-        self.sizes.index(gpus).map_or(0, |k| self.counts[k])
+        self.sizes.index(gpus).map_or(0, |k| self.fits[k].prefix_sum(self.fits[k].len(), 0))
     }
 
     /// The node with `gpus` free that is `rank`-th (from 0) by node number; `rank < count(gpus)`.

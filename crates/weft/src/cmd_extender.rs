@@ -112,7 +112,6 @@ pub fn run(a: ExtenderArgs) -> anyhow::Result<()> {
     };
     let tls = match (&a.tls_cert_file, &a.tls_key_file) {
         (Some(cert), Some(key)) => {
-            let _ = rustls::crypto::ring::default_provider().install_default();
             Some(Arc::new(TlsFiles::load(cert, key).context("loading the serving certificate")?))
         }
         _ => None,

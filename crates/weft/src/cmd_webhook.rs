@@ -54,9 +54,6 @@ pub fn run(a: WebhookArgs) -> anyhow::Result<()> {
     if a.tls_reload_interval == 0 {
         anyhow::bail!("--tls-reload-interval must be at least 1 second");
     }
-    // Everything TLS in this process uses ring (kube's client does too); axum-server is built
-    // without a provider of its own.
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let opts = AdmissionOptions {
         scheduler_name: a.scheduler_name.clone(),
         build: BuildOptions { wait_image: a.wait_image.clone(), max_job_replicas: a.max_job_replicas },

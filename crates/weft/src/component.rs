@@ -42,6 +42,9 @@ where
     F: FnOnce(Component) -> Fut,
     Fut: Future<Output = anyhow::Result<()>>,
 {
+    // Every TLS connection of a component (kube's client, reqwest, served certificates) uses ring;
+    // as the process default it also serves code that builds a configuration without naming one.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     rt.block_on(async move {
         let shutdown = ops::shutdown_on_signals();
