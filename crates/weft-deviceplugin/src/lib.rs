@@ -15,6 +15,7 @@
 //! from the API's published field numbers and compiled with protox, so no protoc is needed.
 
 pub mod plugin;
+pub mod podresources;
 pub mod server;
 
 /// The generated messages, the `DevicePlugin` server and the `Registration` client (and the other

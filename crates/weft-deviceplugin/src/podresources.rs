@@ -1,0 +1,64 @@
+//! The kubelet's PodResources API (`v1`, `List`): which devices each container of each pod on the
+//! node really holds. A device plugin learns from its own calls only which devices were handed
+//! out, never to whom (the kubelet's calls carry no pod identity); `List` is where the kubelet says
+//! it, and it survives restarts of the plugin (the kubelet checkpoints its assignments).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::server::unix_channel;
+
+/// The generated messages and the `PodResourcesLister` client and server.
+#[allow(clippy::all, missing_docs, rust_2018_idioms)]
+pub mod api {
+    tonic::include_proto!("v1");
+}
+
+/// Where the kubelet serves the API.
+pub const DEFAULT_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
+
+/// `namespace/name` of a pod and one of its containers.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ContainerKey {
+    /// Pod namespace.
+    pub namespace: String,
+    /// Pod name.
+    pub pod: String,
+    /// Container name.
+    pub container: String,
+}
+
+/// The devices of `resource` each container holds, by container; containers holding none of it
+/// are left out.
+pub fn devices_of(pods: &[api::PodResources], resource: &str) -> BTreeMap<ContainerKey, Vec<String>> {
+    let mut held = BTreeMap::new();
+    for pod in pods {
+        for container in &pod.containers {
+            let ids: Vec<String> = container
+                .devices
+                .iter()
+                .filter(|d| d.resource_name == resource)
+                .flat_map(|d| d.device_ids.iter().cloned())
+                .collect();
+            if !ids.is_empty() {
+                let key = ContainerKey {
+                    namespace: pod.namespace.clone(),
+                    pod: pod.name.clone(),
+                    container: container.name.clone(),
+                };
+                held.insert(key, ids);
+            }
+        }
+    }
+    held
+}
+
+/// Calls `List` on the kubelet's socket at `socket`. The error names the socket.
+pub async fn list(socket: &Path) -> Result<Vec<api::PodResources>, String> {
+    let channel = unix_channel(socket).await.map_err(|e| format!("PodResources socket {}: {e}", socket.display()))?;
+    let reply = api::pod_resources_lister_client::PodResourcesListerClient::new(channel)
+        .list(api::ListPodResourcesRequest {})
+        .await
+        .map_err(|s| format!("PodResources List on {}: {}", socket.display(), s.message()))?;
+    Ok(reply.into_inner().pod_resources)
+}
