@@ -531,7 +531,7 @@ impl Registration for Registrar {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .options
-            .insert(r.resource_name.clone(), r.options.clone().unwrap_or_default());
+            .insert(r.resource_name.clone(), r.options.unwrap_or_default());
         self.seen.send_modify(|s| s.registrations.push(r.clone()));
         // As the kubelet: dial the plugin and follow its device list until this run ends.
         let (seen, stop, resource) = (self.seen.clone(), self.stop.clone(), r.resource_name);
