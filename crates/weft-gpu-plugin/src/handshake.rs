@@ -149,12 +149,8 @@ pub fn attribute(pods: &[PendingPod], served: &Served, current: Option<&str>, si
         let p = &pods[i];
         next_unserved(p).filter(|&c| p.containers[c].count == size).map(|c| (i, c))
     };
-    if let Some(i) = current.and_then(|uid| pods.iter().position(|p| p.uid == uid)) {
-        if let Some(found) = matches(i) {
-            return Some(found);
-        }
-    }
-    (0..pods.len()).find_map(matches)
+    let in_progress = current.and_then(|uid| pods.iter().position(|p| p.uid == uid));
+    in_progress.and_then(matches).or_else(|| (0..pods.len()).find_map(matches))
 }
 
 #[cfg(test)]
