@@ -114,15 +114,16 @@ pub async fn reconcile_once(plugin: &GpuPlugin, annotator: &dyn PodAnnotator) ->
     Ok(pass)
 }
 
-/// Runs passes until `shutdown`: after every Allocate, every `period`, and again after a short
-/// wait while answered containers are not listed yet (doubling from 50 ms up to `period`).
+/// Runs passes until `shutdown`: one at once (a restarted agent converges without waiting), then
+/// after every Allocate, every `period`, and again after a short wait while answered containers
+/// are not listed yet (doubling from 50 ms up to `period`).
 pub async fn run(
     plugin: Arc<GpuPlugin>,
     annotator: Arc<dyn PodAnnotator>,
     period: Duration,
     shutdown: CancellationToken,
 ) {
-    let mut retry = None::<Duration>;
+    let mut retry = Some(Duration::ZERO);
     loop {
         let wait = retry.unwrap_or(period);
         tokio::select! {
@@ -132,13 +133,17 @@ pub async fn run(
         }
         match reconcile_once(&plugin, annotator.as_ref()).await {
             Ok(pass) if pass.unsettled > 0 => {
-                retry = Some(retry.map_or(Duration::from_millis(50), |d| (d * 2).min(period)));
+                retry = Some(next_retry(retry, period));
             }
             Ok(_) => retry = None,
             Err(e) => {
                 tracing::warn!(error = %e, "write-back pass");
-                retry = Some(retry.map_or(Duration::from_millis(50), |d| (d * 2).min(period)));
+                retry = Some(next_retry(retry, period));
             }
         }
     }
+}
+
+fn next_retry(last: Option<Duration>, period: Duration) -> Duration {
+    last.filter(|d| !d.is_zero()).map_or(Duration::from_millis(50), |d| (d * 2).min(period))
 }

@@ -1,8 +1,11 @@
-//! `weft agent`: the node agent (DaemonSet). Two duties, each optional:
+//! `weft agent`: the node agent (DaemonSet). Three duties, each optional:
 //! - keep the node's GPU topology annotation current (`--publish-topology`, on by default);
 //! - the resource manager (`--mode nri|bypass|auto`, off by default): admit pods, give Guaranteed
 //!   integer-CPU pods exclusive CPUs aligned with their devices, and enforce it through NRI or by
-//!   writing cgroup files (crate `weft-agent`).
+//!   writing cgroup files (crate `weft-agent`);
+//! - weft's GPU device plugin (`--gpu-plugin`, off by default): serve the node's GPUs to the
+//!   kubelet, answer each pod's recorded GPU decision, and write back what each pod really got
+//!   (crate `weft-gpu-plugin`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -11,12 +14,16 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
+use futures::FutureExt;
 use weft_agent::cgroup::{CgroupDriver, CgroupHierarchy, CgroupLayout, ContainerRuntime};
 use weft_agent::kubelet::{KubeletClient, KubeletConfig, PodSource};
 use weft_agent::orm::OrmConfig;
 use weft_agent::pod::SysfsLocator;
 use weft_agent::policy::TopologyPolicy;
 use weft_agent::service::{self, Mode, ServiceConfig};
+use weft_deviceplugin::PluginOptions as DevicePluginOptions;
+use weft_gpu_plugin::writeback::KubeAnnotator;
+use weft_gpu_plugin::{DeviceListStrategy, GpuInventory, GpuPlugin, GpuPluginConfig, KubeletPodResources, NodePods};
 use weft_kube::write::RetryPolicy;
 use weft_nri::plugin::PluginOptions;
 use weft_record::node_agent::{Discover, PublisherConfig, PublisherMetrics, keep_topology_published};
@@ -75,11 +82,52 @@ pub struct AgentArgs {
     #[command(flatten)]
     orm: OrmArgs,
     #[command(flatten)]
+    gpu: GpuPluginArgs,
+    #[command(flatten)]
     kube: KubeArgs,
     #[command(flatten)]
     ops: OpsArgs,
     #[command(flatten)]
     discover: DiscoverArgs,
+}
+
+/// The GPU device plugin's settings.
+#[derive(Args, Debug)]
+pub struct GpuPluginArgs {
+    /// Serve the node's GPUs to the kubelet as weft's device plugin (replaces NVIDIA's device
+    /// plugin for the resource; see docs/decision-to-container.md).
+    #[arg(long)]
+    gpu_plugin: bool,
+    /// The extended resource the GPUs are counted under. Name another (e.g. `weft.io/gpu`) to run
+    /// beside NVIDIA's plugin while switching over.
+    #[arg(long, default_value = weft_record::DEFAULT_GPU_RESOURCE, value_name = "NAME")]
+    gpu_resource: String,
+    /// How a container is told its GPUs: `envvar` (NVIDIA_VISIBLE_DEVICES) or `cdi` (CDI device
+    /// names `nvidia.com/gpu=<uuid>`).
+    #[arg(long, default_value = "envvar", value_name = "STRATEGY")]
+    gpu_device_list_strategy: DeviceListStrategy,
+    /// The kubelet's device-plugin directory.
+    #[arg(long, default_value = weft_deviceplugin::DEFAULT_DIR, value_name = "DIR")]
+    device_plugin_dir: PathBuf,
+    /// The plugin's socket name in that directory.
+    #[arg(long, default_value = "weft-gpu.sock", value_name = "NAME")]
+    gpu_plugin_endpoint: String,
+    /// The kubelet's PodResources socket (what each container really got).
+    #[arg(long, default_value = weft_deviceplugin::podresources::DEFAULT_SOCKET, value_name = "PATH")]
+    pod_resources_socket: PathBuf,
+    /// Write back `weft.io/gpu-ids` at least this often, seconds (and after every allocation).
+    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    gpu_write_back_period: u64,
+}
+
+/// The kubelet's pod list as the GPU plugin's view of the node's pods.
+struct KubeletPods(Arc<KubeletClient>);
+
+#[async_trait::async_trait]
+impl NodePods for KubeletPods {
+    async fn pods(&self) -> Result<Vec<k8s_openapi::api::core::v1::Pod>, String> {
+        self.0.fetch().await.map_err(|e| e.to_string())
+    }
 }
 
 /// The resource manager's settings.
@@ -152,6 +200,33 @@ pub struct OrmArgs {
     reconcile_period: u64,
 }
 
+fn kubelet_client(o: &OrmArgs) -> anyhow::Result<KubeletClient> {
+    let cfg = KubeletConfig {
+        endpoint: o.kubelet_endpoint.clone(),
+        token_file: o.kubelet_token_file.clone(),
+        ca_file: o.kubelet_ca_file.clone(),
+        insecure_skip_verify: o.kubelet_insecure_skip_verify,
+        ..KubeletConfig::default()
+    };
+    KubeletClient::new(&cfg).context("kubelet client")
+}
+
+/// The GPU plugin over this node's topology, the kubelet's pod list and PodResources.
+fn gpu_plugin(a: &AgentArgs, topology: &NodeTopology) -> anyhow::Result<Arc<GpuPlugin>> {
+    if a.gpu.gpu_write_back_period == 0 {
+        anyhow::bail!("--gpu-write-back-period must be at least 1 second");
+    }
+    let inventory = GpuInventory::new(topology).map_err(|e| anyhow::anyhow!("the GPU plugin: {e}"))?;
+    let cfg = GpuPluginConfig {
+        resource: a.gpu.gpu_resource.clone(),
+        node: a.node.clone(),
+        strategy: a.gpu.gpu_device_list_strategy,
+    };
+    let pods = Arc::new(KubeletPods(Arc::new(kubelet_client(&a.orm)?)));
+    let assigned = Arc::new(KubeletPodResources(a.gpu.pod_resources_socket.clone()));
+    Ok(Arc::new(GpuPlugin::new(cfg, inventory, pods, assigned)))
+}
+
 fn service_config(a: &AgentArgs, topology: Option<NodeTopology>) -> anyhow::Result<ServiceConfig> {
     let o = &a.orm;
     let mode = match o.mode {
@@ -173,14 +248,7 @@ fn service_config(a: &AgentArgs, topology: Option<NodeTopology>) -> anyhow::Resu
         }
         None
     } else {
-        let cfg = KubeletConfig {
-            endpoint: o.kubelet_endpoint.clone(),
-            token_file: o.kubelet_token_file.clone(),
-            ca_file: o.kubelet_ca_file.clone(),
-            insecure_skip_verify: o.kubelet_insecure_skip_verify,
-            ..KubeletConfig::default()
-        };
-        Some(Arc::new(KubeletClient::new(&cfg).context("kubelet client")?))
+        Some(Arc::new(kubelet_client(o)?))
     };
     let cgroups = match CgroupHierarchy::detect(&o.cgroup_root) {
         Ok(h) => Some(h),
@@ -226,8 +294,8 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     if a.interval == 0 {
         anyhow::bail!("--interval must be at least 1 second");
     }
-    if !a.publish_topology && a.orm.mode == ModeArg::Off {
-        anyhow::bail!("nothing to do: --publish-topology=false and --mode off");
+    if !a.publish_topology && a.orm.mode == ModeArg::Off && !a.gpu.gpu_plugin {
+        anyhow::bail!("nothing to do: --publish-topology=false, --mode off and no --gpu-plugin");
     }
     let discover: Discover = match a.topology.clone() {
         Some(path) => Arc::new(move || read_node_file(&path).map_err(|e| e.to_string())),
@@ -242,19 +310,25 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
             })
         }
     };
-    let service = if a.orm.mode == ModeArg::Off {
+    // One discovery at start (cached on disk): the resource manager's GPU NUMA map and the GPU
+    // plugin's devices.
+    let topology = if a.orm.mode == ModeArg::Off && !a.gpu.gpu_plugin {
         None
     } else {
-        // The GPU NUMA map for alignment: one discovery at start (cached on disk).
-        let topology = match discover() {
+        match discover() {
             Ok(t) => Some(t),
+            Err(e) if a.gpu.gpu_plugin => anyhow::bail!("the GPU plugin needs this node's GPUs: {e}"),
             Err(e) => {
                 tracing::warn!(error = %e, "no GPU topology: GPUs will not take part in NUMA alignment");
                 None
             }
-        };
-        Some(service_config(&a, topology)?)
+        }
     };
+    let gpu_plugin = match (&topology, a.gpu.gpu_plugin) {
+        (Some(t), true) => Some(gpu_plugin(&a, t)?),
+        _ => None,
+    };
+    let service = if a.orm.mode == ModeArg::Off { None } else { Some(service_config(&a, topology)?) };
     component::run("agent", &a.ops, |c| async move {
         let metrics = c.ops.register_metrics(PublisherMetrics::register);
         let mut tasks = Vec::new();
@@ -265,6 +339,31 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
             let sd = c.shutdown.clone();
             tasks.push(tokio::spawn(async move {
                 let r = service::run(cfg, sd.clone()).await.context("resource manager");
+                sd.cancel();
+                r
+            }));
+        }
+        if let Some(plugin) = gpu_plugin {
+            let client = a.kube.client().await?;
+            let options = DevicePluginOptions::new(&a.gpu.device_plugin_dir, &a.gpu.gpu_plugin_endpoint);
+            note(format_args!(
+                "weft agent on node {}: GPU device plugin for {} on {}",
+                a.node,
+                a.gpu.gpu_resource,
+                a.gpu.device_plugin_dir.join(&a.gpu.gpu_plugin_endpoint).display()
+            ));
+            #[cfg(feature = "nvml")]
+            if let Err(e) = weft_gpu_plugin::health::watch_nvml(plugin.clone(), c.shutdown.clone()) {
+                tracing::warn!(error = %e, "no NVML health events: GPUs stay healthy");
+            }
+            let annotator = Arc::new(KubeAnnotator::new(client, a.field_manager.clone()));
+            let period = Duration::from_secs(a.gpu.gpu_write_back_period);
+            tasks.push(tokio::spawn(
+                weft_gpu_plugin::writeback::run(plugin.clone(), annotator, period, c.shutdown.clone()).map(Ok),
+            ));
+            let sd = c.shutdown.clone();
+            tasks.push(tokio::spawn(async move {
+                let r = weft_deviceplugin::serve(plugin, options, sd.clone()).await.context("GPU device plugin");
                 sd.cancel();
                 r
             }));
