@@ -4,7 +4,10 @@
 //! it, and it survives restarts of the plugin (the kubelet checkpoints its assignments).
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+
+use tonic::transport::Channel;
 
 use crate::server::unix_channel;
 
@@ -53,12 +56,43 @@ pub fn devices_of(pods: &[api::PodResources], resource: &str) -> BTreeMap<Contai
     held
 }
 
-/// Calls `List` on the kubelet's socket at `socket`. The error names the socket.
-pub async fn list(socket: &Path) -> Result<Vec<api::PodResources>, String> {
-    let channel = unix_channel(socket).await.map_err(|e| format!("PodResources socket {}: {e}", socket.display()))?;
-    let reply = api::pod_resources_lister_client::PodResourcesListerClient::new(channel)
-        .list(api::ListPodResourcesRequest {})
-        .await
-        .map_err(|s| format!("PodResources List on {}: {}", socket.display(), s.message()))?;
-    Ok(reply.into_inner().pod_resources)
+/// The kubelet's PodResources API on its unix socket: one connection, made on first use and
+/// dialled afresh after a failed call (a restarted kubelet serves a new socket).
+pub struct PodResourcesClient {
+    socket: PathBuf,
+    channel: Mutex<Option<Channel>>,
+}
+
+impl PodResourcesClient {
+    /// A client for the socket at `socket` (nothing is dialled yet).
+    pub fn new(socket: impl Into<PathBuf>) -> PodResourcesClient {
+        PodResourcesClient { socket: socket.into(), channel: Mutex::new(None) }
+    }
+
+    /// The socket.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Calls `List`, on a fresh connection once more if the kept one fails. The error names the
+    /// socket.
+    pub async fn list(&self) -> Result<Vec<api::PodResources>, String> {
+        let kept = self.channel.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        if let Some(channel) = kept {
+            if let Ok(pods) = self.list_on(channel).await {
+                return Ok(pods);
+            }
+        }
+        let socket = self.socket.display();
+        let channel = unix_channel(&self.socket).await.map_err(|e| format!("PodResources socket {socket}: {e}"))?;
+        *self.channel.lock().unwrap_or_else(PoisonError::into_inner) = Some(channel.clone());
+        self.list_on(channel).await.map_err(|s| format!("PodResources List on {socket}: {}", s.message()))
+    }
+
+    async fn list_on(&self, channel: Channel) -> Result<Vec<api::PodResources>, tonic::Status> {
+        let reply = api::pod_resources_lister_client::PodResourcesListerClient::new(channel)
+            .list(api::ListPodResourcesRequest {})
+            .await?;
+        Ok(reply.into_inner().pod_resources)
+    }
 }

@@ -39,12 +39,19 @@ pub trait AssignedDevices: Send + Sync + 'static {
 }
 
 /// The kubelet's PodResources socket.
-pub struct KubeletPodResources(pub PathBuf);
+pub struct KubeletPodResources(podresources::PodResourcesClient);
+
+impl KubeletPodResources {
+    /// The API on the socket at `socket`.
+    pub fn new(socket: impl Into<PathBuf>) -> KubeletPodResources {
+        KubeletPodResources(podresources::PodResourcesClient::new(socket))
+    }
+}
 
 #[async_trait]
 impl AssignedDevices for KubeletPodResources {
     async fn list(&self) -> Result<Vec<podresources::api::PodResources>, String> {
-        podresources::list(&self.0).await
+        self.0.list().await
     }
 }
 

@@ -106,7 +106,7 @@ impl Node {
 
 fn new_plugin(kubelet: &TestKubelet, socket: &std::path::Path, strategy: DeviceListStrategy) -> GpuPlugin {
     let cfg = GpuPluginConfig { resource: GPU.into(), node: NODE.into(), strategy };
-    let assigned: Arc<dyn AssignedDevices> = Arc::new(KubeletPodResources(socket.to_path_buf()));
+    let assigned: Arc<dyn AssignedDevices> = Arc::new(KubeletPodResources::new(socket.to_path_buf()));
     GpuPlugin::new(cfg, GpuInventory::new(&topology()).unwrap(), Arc::new(KubeletPods(kubelet.pods())), assigned)
 }
 
@@ -294,5 +294,17 @@ async fn unknown_devices_are_refused_with_their_name() {
     let status = client.allocate(request).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
     assert!(status.message().contains("GPU-nope"), "{}", status.message());
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn pod_resources_answers_again_after_a_kubelet_restart() {
+    let mut node = Node::start(DeviceListStrategy::Envvar).await;
+    node.kubelet.admit(&pod("p", 1, &[("c", false, 1)], None)).await.unwrap();
+    assert_eq!(node.plugin.assigned().await.unwrap().len(), 1);
+    node.kubelet.restart().await;
+    // The kept connection went with the old kubelet; the next call dials the new one.
+    let listed = node.plugin.assigned().await.unwrap();
+    assert_eq!(listed.len(), 1, "the kubelet's checkpoint keeps the assignment: {listed:?}");
     node.stop().await;
 }

@@ -223,7 +223,7 @@ fn gpu_plugin(a: &AgentArgs, topology: &NodeTopology) -> anyhow::Result<Arc<GpuP
         strategy: a.gpu.gpu_device_list_strategy,
     };
     let pods = Arc::new(KubeletPods(Arc::new(kubelet_client(&a.orm)?)));
-    let assigned = Arc::new(KubeletPodResources(a.gpu.pod_resources_socket.clone()));
+    let assigned = Arc::new(KubeletPodResources::new(a.gpu.pod_resources_socket.clone()));
     Ok(Arc::new(GpuPlugin::new(cfg, inventory, pods, assigned)))
 }
 

@@ -112,7 +112,7 @@ struct GpuAgent {
 impl GpuAgent {
     fn start(kubelet: &TestKubelet, dirs: &Dirs, api: &FakeApiServer, write_back: bool) -> GpuAgent {
         let cfg = GpuPluginConfig { resource: GPU.into(), node: NODE.into(), strategy: DeviceListStrategy::Envvar };
-        let assigned: Arc<dyn AssignedDevices> = Arc::new(KubeletPodResources(dirs.pod_resources.clone()));
+        let assigned: Arc<dyn AssignedDevices> = Arc::new(KubeletPodResources::new(dirs.pod_resources.clone()));
         let plugin = Arc::new(GpuPlugin::new(
             cfg,
             GpuInventory::new(&topology()).unwrap(),
