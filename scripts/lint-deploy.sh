@@ -108,6 +108,7 @@ TARGETS=(
   "base+webhook|base|webhook"
   "overlays/example+webhook+webhook-cert-manager|overlays/example|webhook webhook-cert-manager"
   "base+agent-nvidia-runtime|base|agent-nvidia-runtime"
+  "base+gpu-plugin|base|gpu-plugin"
   "base+webhook+network-policies|base|webhook network-policies"
 )
 RENDERED=()
@@ -383,7 +384,7 @@ def check_target(target, objs):
         if b["spec"].get("policyName") not in policies:
             err(where, f"policyName {b['spec'].get('policyName')!r} is not a ValidatingAdmissionPolicy here")
     for name, (where, p) in policies.items():
-        if name != "weft-agent-node-topology":
+        if name not in ("weft-agent-node-topology", "weft-agent-pod-gpu-ids"):
             continue
         if not any(b["spec"].get("policyName") == name for _, b in by_kind.get("ValidatingAdmissionPolicyBinding", [])):
             err(where, "is not bound by any ValidatingAdmissionPolicyBinding")

@@ -308,3 +308,48 @@ async fn pod_resources_answers_again_after_a_kubelet_restart() {
     assert_eq!(listed.len(), 1, "the kubelet's checkpoint keeps the assignment: {listed:?}");
     node.stop().await;
 }
+
+/// The write-back against the (fake) API server: the pod's annotation is patched, a pod replaced
+/// under the same name is left alone, and every request is one the agent's RBAC grants.
+#[tokio::test]
+async fn the_write_back_patches_the_pod_on_the_api_server_within_the_agents_rbac() {
+    use kube::api::{Api, PostParams};
+    use weft_gpu_plugin::writeback::KubeAnnotator;
+
+    let api = weft_fakeapi::FakeApiServer::start().await;
+    let pods: Api<Pod> = Api::namespaced(api.client(), "ml");
+    let node = Node::start(DeviceListStrategy::Envvar).await;
+    let mut created = Vec::new();
+    for (name, decision) in [("stale", ("elsewhere", [0usize, 5])), ("replaced", ("elsewhere", [1, 6]))] {
+        let mut p = pod(name, 1, &[("c", false, 2)], Some((decision.0, &decision.1)));
+        p.metadata.uid = None;
+        p.metadata.creation_timestamp = None;
+        created.push(pods.create(&PostParams::default(), &p).await.unwrap());
+    }
+    for p in &created {
+        node.kubelet.admit(p).await.unwrap();
+    }
+    // `replaced` is deleted and created again under its name: the kubelet's pod is not this one.
+    pods.delete("replaced", &Default::default()).await.unwrap();
+    let mut again = created[1].clone();
+    again.metadata.uid = None;
+    again.metadata.resource_version = None;
+    again.metadata.creation_timestamp = None;
+    let again = pods.create(&PostParams::default(), &again).await.unwrap();
+
+    let before = api.requests().len();
+    let annotator = KubeAnnotator::new(api.client(), "weft-agent");
+    let pass = reconcile_once(&node.plugin, &annotator).await.unwrap();
+    assert_eq!(pass.written.keys().collect::<Vec<_>>(), ["ml/stale"], "{pass:?}");
+    let stale = pods.get("stale").await.unwrap();
+    let written = &stale.metadata.annotations.as_ref().unwrap()["weft.io/gpu-ids"];
+    assert_eq!(written, &pass.written["ml/stale"]);
+    assert_ne!(written, "0,5", "the decision was for another node; the pod got the best-effort pair");
+    let untouched = pods.get("replaced").await.unwrap();
+    assert_eq!(untouched.metadata.uid, again.metadata.uid);
+    assert_eq!(untouched.metadata.annotations.as_ref().unwrap()["weft.io/gpu-ids"], "1,6");
+
+    let agent = api.requests().split_off(before);
+    weft_testkit::rbac::assert_granted(&agent, &["base/agent/rbac.yaml"]);
+    node.stop().await;
+}
