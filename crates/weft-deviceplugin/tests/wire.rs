@@ -100,3 +100,52 @@ fn services_have_the_kubelets_names() {
 }
 
 struct Dummy;
+
+#[test]
+fn pod_resources_list_reads_upstream_bytes_and_skips_the_fields_weft_leaves_out() {
+    // k8s.io/kubelet/pkg/apis/podresources/v1/api.proto: ListPodResourcesResponse.pod_resources = 1;
+    // PodResources: name = 1, namespace = 2, containers = 3, cpu_ids = 4 (left out by weft);
+    // ContainerResources: name = 1, devices = 2, cpu_ids = 3 (left out); ContainerDevices:
+    // resource_name = 1, device_ids = 2, topology = 3.
+    use weft_deviceplugin::podresources::api as pr;
+    let mut devices = field(0x0a, b"nvidia.com/gpu");
+    devices.extend(field(0x12, b"GPU-a"));
+    devices.extend(field(0x12, b"GPU-b"));
+    devices.extend(field(0x1a, &field(0x0a, &[0x08, 0x01])));
+    let mut container = field(0x0a, b"main");
+    container.extend(field(0x12, &devices));
+    container.extend(field(0x1a, &[0x02, 0x03])); // cpu_ids, packed int64 [2, 3]
+    let mut pod = field(0x0a, b"trainer");
+    pod.extend(field(0x12, b"ml"));
+    pod.extend(field(0x1a, &container));
+    pod.extend(field(0x22, &[0x05])); // cpu_ids
+    let bytes = field(0x0a, &pod);
+    let list = pr::ListPodResourcesResponse::decode(bytes.as_slice()).unwrap();
+    let p = &list.pod_resources[0];
+    assert_eq!((p.name.as_str(), p.namespace.as_str()), ("trainer", "ml"));
+    let c = &p.containers[0];
+    assert_eq!(c.name, "main");
+    assert_eq!(c.devices[0].resource_name, "nvidia.com/gpu");
+    assert_eq!(c.devices[0].device_ids, ["GPU-a", "GPU-b"]);
+    assert_eq!(c.devices[0].topology.as_ref().unwrap().nodes[0].id, 1);
+    let held = weft_deviceplugin::podresources::devices_of(&list.pod_resources, "nvidia.com/gpu");
+    assert_eq!(held.values().next().unwrap(), &["GPU-a", "GPU-b"]);
+    assert!(weft_deviceplugin::podresources::devices_of(&list.pod_resources, "example.com/vf").is_empty());
+}
+
+#[test]
+fn the_pod_resources_service_has_the_upstream_name() {
+    use weft_deviceplugin::podresources::api::pod_resources_lister_server::PodResourcesListerServer;
+    struct Never;
+    #[tonic::async_trait]
+    impl weft_deviceplugin::podresources::api::pod_resources_lister_server::PodResourcesLister for Never {
+        async fn list(
+            &self,
+            _: tonic::Request<weft_deviceplugin::podresources::api::ListPodResourcesRequest>,
+        ) -> Result<tonic::Response<weft_deviceplugin::podresources::api::ListPodResourcesResponse>, tonic::Status>
+        {
+            Err(tonic::Status::unimplemented("test"))
+        }
+    }
+    assert_eq!(<PodResourcesListerServer<Never> as NamedService>::NAME, "v1.PodResourcesLister");
+}

@@ -5,10 +5,10 @@
 use std::path::PathBuf;
 
 /// Component crates: none may depend on another.
-const COMPONENTS: [&str; 3] = ["weft-extender", "weft-admission", "weft-crds"];
+const COMPONENTS: [&str; 4] = ["weft-extender", "weft-admission", "weft-crds", "weft-gpu-plugin"];
 /// Shared layers: may not depend on any component.
 const SHARED: [&str; 3] = ["weft-kube", "weft-record", "weft-deviceplugin"];
-const TEST_ONLY: [&str; 3] = ["weft-testkit", "weft-fakeapi", "weft-nri-harness"];
+const TEST_ONLY: [&str; 4] = ["weft-testkit", "weft-fakeapi", "weft-nri-harness", "weft-kubelet-harness"];
 
 /// The names in a crate's `[dependencies]` table (not dev- or build-dependencies).
 fn dependencies(krate: &str) -> Vec<String> {
