@@ -78,10 +78,10 @@ impl PodResourcesClient {
     /// socket.
     pub async fn list(&self) -> Result<Vec<api::PodResources>, String> {
         let kept = self.channel.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        if let Some(channel) = kept {
-            if let Ok(pods) = self.list_on(channel).await {
-                return Ok(pods);
-            }
+        if let Some(channel) = kept
+            && let Ok(pods) = self.list_on(channel).await
+        {
+            return Ok(pods);
         }
         let socket = self.socket.display();
         let channel = unix_channel(&self.socket).await.map_err(|e| format!("PodResources socket {socket}: {e}"))?;

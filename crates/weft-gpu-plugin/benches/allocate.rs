@@ -139,7 +139,8 @@ impl Bench {
             let start = Instant::now();
             let preferred = client.get_preferred_allocation(request).await.unwrap().into_inner();
             let devices_ids = preferred.container_responses[0].device_i_ds.clone();
-            let allocate = api::AllocateRequest { container_requests: vec![api::ContainerAllocateRequest { devices_ids }] };
+            let allocate =
+                api::AllocateRequest { container_requests: vec![api::ContainerAllocateRequest { devices_ids }] };
             let response = client.allocate(allocate).await.unwrap().into_inner();
             let elapsed = start.elapsed();
             assert_eq!(response.container_responses.len(), 1);
