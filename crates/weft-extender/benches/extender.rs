@@ -139,6 +139,11 @@ impl PodBinder for MemoryApi {
         black_box(a);
         Ok(())
     }
+
+    async fn annotate(&self, _: &str, _: &str, _: &str, a: BTreeMap<String, Option<String>>) -> Result<(), String> {
+        black_box(a);
+        Ok(())
+    }
 }
 
 fn percentiles(mut samples: Vec<Duration>) -> (Duration, Duration) {

@@ -20,7 +20,32 @@ use weft_record::{GPU_DECISION_ANNOTATION, GPU_IDS_ANNOTATION, GpuDecision};
 
 use crate::reservations::shown_in;
 use crate::server::ExtenderState;
+use crate::volcano::{EventHandlerRequest, EventHandlerResponse, task_pod};
 use crate::wire::{ExtenderBindingArgs, ExtenderBindingResult};
+
+/// The annotations that record a decision of `gpus` on `node`.
+fn decision_annotations(node: &str, gpus: &[usize]) -> BTreeMap<String, String> {
+    let decision = GpuDecision {
+        node: node.to_string(),
+        gpus: gpus.to_vec(),
+        decided_at: k8s_openapi::jiff::Timestamp::now()
+            .round(k8s_openapi::jiff::Unit::Second)
+            .map_or_else(|_| String::new(), |t| t.to_string()),
+        by: DECIDED_BY.to_string(),
+    };
+    BTreeMap::from([
+        (GPU_IDS_ANNOTATION.to_string(), format_gpu_ids(gpus)),
+        (GPU_DECISION_ANNOTATION.to_string(), decision.to_annotation()),
+    ])
+}
+
+fn task_namespace(pod: &Pod) -> String {
+    pod.metadata.namespace.clone().unwrap_or_default()
+}
+
+fn task_name(pod: &Pod) -> String {
+    pod.metadata.name.clone().unwrap_or_default()
+}
 
 /// Who the decision says made it.
 pub const DECIDED_BY: &str = "weft-scheduler-extender";
@@ -40,6 +65,16 @@ pub trait PodBinder: Send + Sync {
         uid: &str,
         node: &str,
         annotations: BTreeMap<String, String>,
+    ) -> Result<(), String>;
+
+    /// Sets (`Some`) or removes (`None`) annotations of the pod in one write that fails unless the
+    /// pod still has `uid` (vc-scheduler binds the pod itself; weft records its decision first).
+    async fn annotate(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        annotations: BTreeMap<String, Option<String>>,
     ) -> Result<(), String>;
 }
 
@@ -89,6 +124,24 @@ impl PodBinder for KubePodBinder {
             .map(|_| ())
             .map_err(|e| format!("binding pod {namespace}/{name} to {node}: {e}"))
     }
+
+    async fn annotate(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        annotations: BTreeMap<String, Option<String>>,
+    ) -> Result<(), String> {
+        // The UID in a merge patch is a precondition: the API server refuses to change it, so the
+        // patch fails on a pod recreated under the same name.
+        let patch = serde_json::json!({ "metadata": { "uid": uid, "annotations": annotations } });
+        let params = kube::api::PatchParams { field_manager: Some(DECIDED_BY.to_string()), ..Default::default() };
+        Api::<Pod>::namespaced(self.client.clone(), namespace)
+            .patch(name, &params, &kube::api::Patch::Merge(&patch))
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("recording the GPU decision on pod {namespace}/{name}: {e}"))
+    }
 }
 
 impl ExtenderState {
@@ -123,26 +176,71 @@ impl ExtenderState {
         }
         let request = weft_resources::pod_request(&pod, &self.config().resource_name)
             .map_err(|e| format!("pod {namespace}/{name}: {e}"))?;
-        let mut annotations = BTreeMap::new();
         let decided = if request == 0 { None } else { self.decide_gpus(node, &uid, request)? };
-        if let Some(gpus) = &decided {
-            let decision = GpuDecision {
-                node: node.to_string(),
-                gpus: gpus.clone(),
-                decided_at: k8s_openapi::jiff::Timestamp::now()
-                    .round(k8s_openapi::jiff::Unit::Second)
-                    .map_or_else(|_| String::new(), |t| t.to_string()),
-                by: DECIDED_BY.to_string(),
-            };
-            annotations.insert(GPU_IDS_ANNOTATION.to_string(), format_gpu_ids(gpus));
-            annotations.insert(GPU_DECISION_ANNOTATION.to_string(), decision.to_annotation());
-        }
+        let annotations = decided.as_deref().map(|gpus| decision_annotations(node, gpus)).unwrap_or_default();
         if let Err(e) = binder.bind(namespace, name, &uid, node, annotations).await {
             self.reservations().release(node, &uid);
             return Err(e);
         }
         tracing::debug!(pod = %format!("{namespace}/{name}"), %node, gpus = ?decided, "bound");
         Ok(())
+    }
+
+    /// vc-scheduler's AllocateFunc: the session placed the task on `task.NodeName`; weft picks and
+    /// reserves the pod's GPUs there and records the decision on the pod before answering (see
+    /// [`crate::volcano`]). A non-empty message fails the allocation; nothing is then left
+    /// reserved or recorded.
+    pub async fn volcano_allocate(&self, request: EventHandlerRequest) -> EventHandlerResponse {
+        let outcome = async {
+            let binder = self.binder().ok_or("this extender cannot record decisions: it has no API access")?;
+            let (task, pod) = task_pod(request.task)?;
+            let (namespace, name) = (task_namespace(&pod), task_name(&pod));
+            let node = task.node_name.as_str();
+            if node.is_empty() {
+                return Err(format!("task {namespace}/{name} has no NodeName"));
+            }
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            let request = weft_resources::pod_request(&pod, &self.config().resource_name)
+                .map_err(|e| format!("pod {namespace}/{name}: {e}"))?;
+            let Some(gpus) = (if request == 0 { None } else { self.decide_gpus(node, &uid, request)? }) else {
+                return Ok(());
+            };
+            let annotations = decision_annotations(node, &gpus).into_iter().map(|(k, v)| (k, Some(v))).collect();
+            if let Err(e) = binder.annotate(&namespace, &name, &uid, annotations).await {
+                self.reservations().release(node, &uid);
+                return Err(e);
+            }
+            tracing::debug!(pod = %format!("{namespace}/{name}"), %node, ?gpus, "vc-scheduler allocation recorded");
+            Ok(())
+        }
+        .await;
+        EventHandlerResponse { error_message: outcome.err().unwrap_or_default() }
+    }
+
+    /// vc-scheduler's DeallocateFunc: the session took back an allocation. The reservation is
+    /// released and the recorded decision removed, if it is still the one for that node.
+    pub async fn volcano_deallocate(&self, request: EventHandlerRequest) -> EventHandlerResponse {
+        let outcome = async {
+            let binder = self.binder().ok_or("this extender cannot record decisions: it has no API access")?;
+            let (task, pod) = task_pod(request.task)?;
+            let (namespace, name) = (task_namespace(&pod), task_name(&pod));
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            let node = task.node_name.as_str();
+            self.reservations().release(node, &uid);
+            // The pod as it is now: the task's copy predates the allocation's record.
+            let Some(current) = binder.pod(&namespace, &name).await? else { return Ok(()) };
+            let recorded = current.metadata.annotations.as_ref().and_then(|a| a.get(GPU_DECISION_ANNOTATION));
+            let ours = recorded.and_then(|v| GpuDecision::from_annotation(v).ok()).is_some_and(|d| d.node == node);
+            let bound = current.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some();
+            if current.metadata.uid.as_deref() != Some(uid.as_str()) || !ours || bound {
+                return Ok(());
+            }
+            let annotations =
+                [GPU_IDS_ANNOTATION, GPU_DECISION_ANNOTATION].into_iter().map(|k| (k.to_string(), None)).collect();
+            binder.annotate(&namespace, &name, &uid, annotations).await
+        }
+        .await;
+        EventHandlerResponse { error_message: outcome.err().unwrap_or_default() }
     }
 
     /// Picks and reserves `count` GPUs for the pod `uid` on `node`: the best-effort set over the

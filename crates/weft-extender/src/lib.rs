@@ -20,6 +20,7 @@ pub mod kube_view;
 pub mod reservations;
 pub mod server;
 pub mod view;
+pub mod volcano;
 pub mod wire;
 
 pub use bind::{KubePodBinder, PodBinder};

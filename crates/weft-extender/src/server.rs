@@ -22,6 +22,7 @@
 //! on after the answer was given up; the topology cache is bounded in names and bytes
 //! ([`TopologyCache`]); connection limits are [`weft_kube::http`]'s.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -47,6 +48,7 @@ use crate::config::ExtenderConfig;
 use crate::decision::{self, Deadline, Expired, NodeState, Verdict};
 use crate::reservations::{Reservations, shown_in};
 use crate::view::ClusterView;
+use crate::volcano;
 use crate::wire::{ExtenderArgs, ExtenderBindingArgs, ExtenderFilterResult, HostPriority, HostPriorityList, NodeList};
 use weft_kube::http::ServeOptions;
 use weft_record::usage::{PodRef, gpus_in_use};
@@ -347,6 +349,62 @@ impl ExtenderState {
     }
 }
 
+impl ExtenderState {
+    /// vc-scheduler's PredicateFn: the filter decision for one node, as Volcano's status code and
+    /// reason ([`crate::volcano`]).
+    pub fn volcano_predicate(
+        &self,
+        request: volcano::PredicateRequest,
+        deadline: Deadline,
+    ) -> Result<volcano::PredicateResponse, Expired> {
+        let failed = |error_message: String, code| Ok(volcano::PredicateResponse { error_message, code });
+        let (_, pod) = match volcano::task_pod(request.task) {
+            Ok(t) => t,
+            Err(e) => return failed(e, volcano::ERROR),
+        };
+        let node = request.node.map(|n| n.name).unwrap_or_default();
+        if node.is_empty() {
+            return failed("the request names no node".into(), volcano::ERROR);
+        }
+        let args = ExtenderArgs { pod: Some(pod), nodes: None, node_names: Some(vec![node.clone()]) };
+        let result = self.filter_until(args, deadline)?;
+        if !result.error.is_empty() {
+            return failed(result.error, volcano::ERROR);
+        }
+        if let Some(why) = result.failed_and_unresolvable_nodes.get(&node) {
+            return failed(why.clone(), volcano::UNSCHEDULABLE_AND_UNRESOLVABLE);
+        }
+        if let Some(why) = result.failed_nodes.get(&node) {
+            return failed(why.clone(), volcano::UNSCHEDULABLE);
+        }
+        Ok(volcano::PredicateResponse { error_message: String::new(), code: volcano::SUCCESS })
+    }
+
+    /// vc-scheduler's BatchNodeOrderFn: the prioritize scores on Volcano's 0–100 scale.
+    pub fn volcano_prioritize(
+        &self,
+        request: volcano::PrioritizeRequest,
+        deadline: Deadline,
+    ) -> Result<volcano::PrioritizeResponse, Expired> {
+        let failed =
+            |error_message: String| Ok(volcano::PrioritizeResponse { node_score: BTreeMap::new(), error_message });
+        let (_, pod) = match volcano::task_pod(request.task) {
+            Ok(t) => t,
+            Err(e) => return failed(e),
+        };
+        let names = request.nodes.unwrap_or_default().into_iter().map(|n| n.name).collect();
+        let args = ExtenderArgs { pod: Some(pod), nodes: None, node_names: Some(names) };
+        match self.prioritize_until(&args, false, deadline) {
+            Ok(list) => Ok(volcano::PrioritizeResponse {
+                node_score: list.into_iter().map(|h| (h.host, (h.score * 10) as f64)).collect(),
+                error_message: String::new(),
+            }),
+            Err(ExtenderError::Expired(e)) => Err(e),
+            Err(e) => failed(e.to_string()),
+        }
+    }
+}
+
 fn states(candidates: &[Candidate]) -> Vec<NodeState<'_>> {
     candidates
         .iter()
@@ -364,6 +422,10 @@ pub fn router(state: Arc<ExtenderState>) -> Router {
         .route(&format!("{prefix}/filter"), post(filter_handler))
         .route(&format!("{prefix}/prioritize"), post(prioritize_handler))
         .route(&format!("{prefix}/bind"), post(bind_handler))
+        .route(&format!("{prefix}/volcano/predicate"), post(volcano_predicate_handler))
+        .route(&format!("{prefix}/volcano/prioritize"), post(volcano_prioritize_handler))
+        .route(&format!("{prefix}/volcano/allocate"), post(volcano_allocate_handler))
+        .route(&format!("{prefix}/volcano/deallocate"), post(volcano_deallocate_handler))
         .with_state(state)
 }
 
@@ -584,4 +646,109 @@ fn respond<T: serde::Serialize>(value: &T) -> Response {
 fn encode<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, Failure> {
     serde_json::to_vec(value)
         .map_err(|e| Failure(StatusCode::SERVICE_UNAVAILABLE, format!("cannot encode the response: {e}")))
+}
+
+fn decode_volcano<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T, Failure> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        Failure(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "volcano {what}: body is not vc-scheduler's request JSON (line {}, column {}): {e}",
+                e.line(),
+                e.column()
+            ),
+        )
+    })
+}
+
+async fn volcano_predicate_handler(
+    State(state): State<Arc<ExtenderState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let (start, metrics, timeout) = (std::time::Instant::now(), state.metrics.clone(), state.cfg.request_timeout);
+    let decided = decide(state, headers, body, |st, bytes, deadline| {
+        let request = decode_volcano(&bytes, "predicate")?;
+        let answer = st.volcano_predicate(request, deadline).map_err(|_| Unanswered::TimedOut)?;
+        Ok(encode(&answer)?)
+    })
+    .await;
+    let response = match decided {
+        Ok(bytes) => json_response(bytes),
+        Err(Unanswered::Failed(failure)) => failure.into_response(),
+        Err(Unanswered::TimedOut) => respond(&volcano::PredicateResponse {
+            error_message: format!("weft extender: predicate did not finish within {timeout:?}"),
+            code: volcano::ERROR,
+        }),
+    };
+    metrics.observe("volcano_predicate", response.status(), start.elapsed());
+    response
+}
+
+async fn volcano_prioritize_handler(
+    State(state): State<Arc<ExtenderState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let (start, metrics, timeout) = (std::time::Instant::now(), state.metrics.clone(), state.cfg.request_timeout);
+    let decided = decide(state, headers, body, |st, bytes, deadline| {
+        let request = decode_volcano(&bytes, "prioritize")?;
+        let answer = st.volcano_prioritize(request, deadline).map_err(|_| Unanswered::TimedOut)?;
+        Ok(encode(&answer)?)
+    })
+    .await;
+    let response = match decided {
+        Ok(bytes) => json_response(bytes),
+        Err(Unanswered::Failed(failure)) => failure.into_response(),
+        Err(Unanswered::TimedOut) => respond(&volcano::PrioritizeResponse {
+            node_score: BTreeMap::new(),
+            error_message: format!("weft extender: prioritize did not finish within {timeout:?}"),
+        }),
+    };
+    metrics.observe("volcano_prioritize", response.status(), start.elapsed());
+    response
+}
+
+/// AllocateFunc and DeallocateFunc: an API write each, like bind, under the request timeout.
+async fn volcano_event(state: Arc<ExtenderState>, headers: HeaderMap, body: Body, what: &'static str) -> Response {
+    let (start, metrics, timeout) = (std::time::Instant::now(), state.metrics.clone(), state.cfg.request_timeout);
+    let work = async {
+        let bytes = read_body(body, state.cfg.max_body_bytes, &headers).await?;
+        let request = decode_volcano(&bytes, what)?;
+        Ok::<_, Failure>(if what == "allocate" {
+            state.volcano_allocate(request).await
+        } else {
+            state.volcano_deallocate(request).await
+        })
+    };
+    let response = match tokio::time::timeout(timeout, work).await {
+        Ok(Ok(answer)) => {
+            if !answer.error_message.is_empty() {
+                tracing::warn!("vc-scheduler {what}: {}", answer.error_message);
+            }
+            respond(&answer)
+        }
+        Ok(Err(failure)) => failure.into_response(),
+        Err(_) => respond(&volcano::EventHandlerResponse {
+            error_message: format!("weft extender: {what} did not finish within {timeout:?}"),
+        }),
+    };
+    metrics.observe(
+        if what == "allocate" { "volcano_allocate" } else { "volcano_deallocate" },
+        response.status(),
+        start.elapsed(),
+    );
+    response
+}
+
+async fn volcano_allocate_handler(State(state): State<Arc<ExtenderState>>, headers: HeaderMap, body: Body) -> Response {
+    volcano_event(state, headers, body, "allocate").await
+}
+
+async fn volcano_deallocate_handler(
+    State(state): State<Arc<ExtenderState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    volcano_event(state, headers, body, "deallocate").await
 }

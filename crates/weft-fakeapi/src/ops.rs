@@ -347,6 +347,17 @@ fn finish_write(
     ownership: Ownership,
 ) -> Result<Value, ApiError> {
     let name = meta::name(existing).unwrap_or_default().to_owned();
+    // A write without a UID keeps the stored one (`rest.BeforeUpdate`); one with another UID is
+    // invalid (`ValidateObjectMetaUpdate`: the field is immutable).
+    if let Some(uid) = meta::uid(&new).filter(|u| !u.is_empty())
+        && Some(uid) != meta::uid(existing)
+    {
+        return Err(ApiError::invalid(
+            obj_ref(spec, &name),
+            &spec.kind,
+            &format!("metadata.uid: Invalid value: \"{uid}\": field is immutable"),
+        ));
+    }
     for key in [
         "uid",
         "creationTimestamp",

@@ -667,3 +667,37 @@ async fn kube_discovery_works() {
     assert_eq!(ar.plural, "resourceslices");
     assert_eq!(caps.scope, kube::discovery::Scope::Cluster);
 }
+
+/// The API server keeps an object's UID (an update without one gets the stored one, as
+/// `rest.BeforeUpdate` does) and refuses to change it (`ValidateObjectMetaUpdate`: the field is
+/// immutable), so a write carrying the UID of a deleted object never lands on its successor.
+#[tokio::test]
+async fn a_write_that_changes_the_uid_is_refused_as_invalid() {
+    let server = FakeApiServer::start().await;
+    let api: Api<ConfigMap> = Api::namespaced(server.client(), "default");
+    let created = within(api.create(&PostParams::default(), &cm("a", &[("k", "v")]))).await.unwrap();
+    let uid = created.metadata.uid.clone().unwrap();
+
+    let patch = json!({"metadata": {"uid": "not-the-uid", "annotations": {"x": "y"}}});
+    match within(api.patch("a", &PatchParams::default(), &Patch::Merge(&patch))).await {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"));
+            assert!(s.message.contains("metadata.uid") && s.message.contains("field is immutable"), "{}", s.message);
+        }
+        other => panic!("expected 422, got {other:?}"),
+    }
+    let mut replaced = created.clone();
+    replaced.metadata.uid = Some("not-the-uid".into());
+    assert_eq!(api_error(within(api.replace("a", &PostParams::default(), &replaced)).await), (422, "Invalid".into()));
+    let stored = within(api.get("a")).await.unwrap();
+    assert_eq!(stored.metadata.uid.as_deref(), Some(uid.as_str()));
+    assert!(stored.metadata.annotations.is_none(), "nothing of the refused writes landed");
+
+    // The right UID, or none, is accepted.
+    let patch = json!({"metadata": {"uid": uid, "annotations": {"x": "y"}}});
+    within(api.patch("a", &PatchParams::default(), &Patch::Merge(&patch))).await.unwrap();
+    let mut no_uid = within(api.get("a")).await.unwrap();
+    no_uid.metadata.uid = None;
+    let replaced = within(api.replace("a", &PostParams::default(), &no_uid)).await.unwrap();
+    assert_eq!(replaced.metadata.uid.as_deref(), Some(uid.as_str()));
+}

@@ -1,0 +1,144 @@
+//! vc-scheduler's `extender` plugin (volcano-sh/volcano `pkg/scheduler/plugins/extender`), served
+//! by the same process and the same decisions as kube-scheduler's extender protocol. Volcano Jobs'
+//! pods are scheduled by vc-scheduler (the webhook defaults `schedulerName: volcano`), which never
+//! calls kube-scheduler's extenders; its own plugin POSTs JSON to `urlPrefix + "/" + verb`:
+//!
+//! | vc-scheduler callback | body | weft answers |
+//! | --- | --- | --- |
+//! | PredicateFn | `{"task": TaskInfo, "node": NodeInfo}` | `{"status": reason, "code": n}` from filter |
+//! | BatchNodeOrderFn | `{"task": TaskInfo, "nodes": [NodeInfo]}` | `{"nodeScore": {node: 0–100}, "errorMessage": ""}` from prioritize |
+//! | AllocateFunc (event) | `{"task": TaskInfo}` (its `NodeName` set) | `{"errorMessage": ""}`: picks and reserves the GPU set, records it on the pod |
+//! | DeallocateFunc (event) | `{"task": TaskInfo}` | `{"errorMessage": ""}`: releases the reservation and the record |
+//!
+//! `TaskInfo` and `NodeInfo` are Go structs without JSON tags, so their fields arrive under their Go
+//! names (`UID`, `Name`, `Namespace`, `NodeName`, `Pod`; `Name`, `Node`); weft reads those and
+//! ignores the rest (resources, node state, the node's tasks: weft has its own watch of the
+//! cluster). Status codes are Volcano's (`api.Success` 0, `Error` 1, `Unschedulable` 2,
+//! `UnschedulableAndUnresolvable` 3). Volcano's node scores are 0–100 (`MaxNodeScore`), so weft
+//! sends its node score (0–10 on kube-scheduler's scale) times 10.
+//!
+//! vc-scheduler binds the pod itself, later in the session; weft cannot make the decision part of
+//! the Binding as it does for kube-scheduler. AllocateFunc answers only after the pod carries
+//! `weft.io/gpu-ids` and `weft.io/gpu-decision` (a JSON merge patch that fails unless the pod still
+//! has the task's UID), so the record is on the pod before vc-scheduler can bind it. An allocation
+//! the session discards (a gang that does not fit) comes back as DeallocateFunc, which releases the
+//! reservation and removes the record if it is still the one made for that node.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Pod;
+use serde::{Deserialize, Serialize};
+
+/// Volcano's `api.Success`.
+pub const SUCCESS: i32 = 0;
+/// Volcano's `api.Error`: unexpected input or an internal failure.
+pub const ERROR: i32 = 1;
+/// Volcano's `api.Unschedulable`: preemption might help.
+pub const UNSCHEDULABLE: i32 = 2;
+/// Volcano's `api.UnschedulableAndUnresolvable`: preemption would not help.
+pub const UNSCHEDULABLE_AND_UNRESOLVABLE: i32 = 3;
+
+/// The fields of Volcano's `api.TaskInfo` weft reads.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct TaskInfo {
+    /// Task id (the pod's UID).
+    #[serde(rename = "UID", default)]
+    pub uid: String,
+    /// Pod name.
+    #[serde(rename = "Name", default)]
+    pub name: String,
+    /// Pod namespace.
+    #[serde(rename = "Namespace", default)]
+    pub namespace: String,
+    /// The node the session placed the task on (set for AllocateFunc).
+    #[serde(rename = "NodeName", default)]
+    pub node_name: String,
+    /// The pod.
+    #[serde(rename = "Pod", default)]
+    pub pod: Option<Pod>,
+}
+
+/// The fields of Volcano's `api.NodeInfo` weft reads.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct NodeInfo {
+    /// Node name.
+    #[serde(rename = "Name", default)]
+    pub name: String,
+}
+
+/// `PredicateRequest`.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct PredicateRequest {
+    /// The task.
+    #[serde(default)]
+    pub task: Option<TaskInfo>,
+    /// The node.
+    #[serde(default)]
+    pub node: Option<NodeInfo>,
+}
+
+/// `PredicateResponse`: an empty `status` passes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PredicateResponse {
+    /// Why the node does not fit (Volcano's field `ErrorMessage`, JSON `status`).
+    #[serde(rename = "status")]
+    pub error_message: String,
+    /// Volcano status code.
+    pub code: i32,
+}
+
+/// `PrioritizeRequest`.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct PrioritizeRequest {
+    /// The task.
+    #[serde(default)]
+    pub task: Option<TaskInfo>,
+    /// The candidate nodes (`null` from Go is none).
+    #[serde(default)]
+    pub nodes: Option<Vec<NodeInfo>>,
+}
+
+/// `PrioritizeResponse`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PrioritizeResponse {
+    /// Node → score, 0–100.
+    #[serde(rename = "nodeScore")]
+    pub node_score: BTreeMap<String, f64>,
+    /// Non-empty when no scores could be given.
+    #[serde(rename = "errorMessage")]
+    pub error_message: String,
+}
+
+/// `EventHandlerRequest` (AllocateFunc, DeallocateFunc).
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct EventHandlerRequest {
+    /// The task.
+    #[serde(default)]
+    pub task: Option<TaskInfo>,
+}
+
+/// `EventHandlerResponse`: a non-empty message fails the event.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventHandlerResponse {
+    /// Why the event failed.
+    #[serde(rename = "errorMessage")]
+    pub error_message: String,
+}
+
+/// The task's pod, with the task's identity where the pod lacks it; the error names what is
+/// missing.
+pub fn task_pod(task: Option<TaskInfo>) -> Result<(TaskInfo, Pod), String> {
+    let mut task = task.ok_or("the request carries no task")?;
+    let mut pod = task.pod.take().ok_or_else(|| format!("task {}/{} carries no pod", task.namespace, task.name))?;
+    let meta = &mut pod.metadata;
+    if meta.name.is_none() && !task.name.is_empty() {
+        meta.name = Some(task.name.clone());
+    }
+    if meta.namespace.is_none() && !task.namespace.is_empty() {
+        meta.namespace = Some(task.namespace.clone());
+    }
+    if meta.uid.is_none() && !task.uid.is_empty() {
+        meta.uid = Some(task.uid.clone());
+    }
+    Ok((task, pod))
+}
