@@ -206,6 +206,11 @@ async fn a_session_predicates_scores_allocates_and_deallocates_through_the_shipp
     assert_eq!(c.state.reservations().len(), 0);
     let answer = c.send("extender.predicateVerb", &json!({"task": task(&other, ""), "node": node_info("n2")})).await;
     assert_eq!(answer, json!({"status": "", "code": 0}), "n2's GPUs are free again");
+
+    // Everything the extender did (watches, pod reads, the annotation patches) is what its RBAC
+    // grants; the test's own setup writes (nodes, pods) are left out.
+    let extender: Vec<_> = c.api.requests().into_iter().filter(|r| r.verb != weft_fakeapi::Verb::Create).collect();
+    weft_testkit::rbac::assert_granted(&extender, &["base/scheduler-extender/rbac.yaml"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
