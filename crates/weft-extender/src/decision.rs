@@ -137,9 +137,29 @@ pub struct NodeScore {
 }
 
 /// Map weft-alloc's node score (1..=100) to the extender range 0..=10: `round(score / 10)`, halves
-/// up. Ten points of resolution become one, so nodes within a band tie; scores 1–4 map to 0.
+/// up. Ten points of resolution become one, so nodes within a band tie; scores 1–4 map to 0. Used
+/// when every fitting candidate has the same score (see [`spread`]).
 pub fn to_extender_priority(score: u8) -> i64 {
     ((i64::from(score) + 5) / 10).clamp(MIN_EXTENDER_PRIORITY, MAX_EXTENDER_PRIORITY)
+}
+
+/// Raw-score distance below which differences are not stretched (see [`spread`]).
+pub const MIN_SPREAD: f64 = 10.0;
+
+/// The extender priority of a fitting node with raw score `raw` among fitting candidates whose raw
+/// scores span `lo..=hi`: the best gets 10, and each raw point below it costs `9 / max(hi − lo,
+/// MIN_SPREAD)`, rounded, so the worst of a wide spread gets 1 and a fitting node never gets 0 (0 is
+/// for nodes that cannot take the pod). The whole 1–10 range is used whatever band the candidates'
+/// raw scores fall in, so good nodes a point apart are not collapsed into one band; differences
+/// smaller than `MIN_SPREAD` raw points are never stretched beyond one priority step per raw point.
+/// When all fitting candidates score the same, the absolute [`to_extender_priority`] is kept.
+pub fn spread(raw: u8, lo: u8, hi: u8) -> i64 {
+    if lo == hi {
+        return to_extender_priority(raw).max(1);
+    }
+    let span = f64::from(hi - lo).max(MIN_SPREAD);
+    let below = f64::from(hi.saturating_sub(raw));
+    (MAX_EXTENDER_PRIORITY - (9.0 * below / span).round() as i64).clamp(1, MAX_EXTENDER_PRIORITY)
 }
 
 /// Score the candidates for a pod requesting `request` GPUs; one score per candidate, in order.
@@ -147,7 +167,8 @@ pub fn to_extender_priority(score: u8) -> i64 {
 /// - `request == 0`: every node gets `cfg.neutral_score` (the same for all, so the extender does not
 ///   change the ranking).
 /// - unknown topology, or too few free GPUs: 0 with a reason.
-/// - otherwise `weft_alloc::score_node` over the free GPUs, mapped by [`to_extender_priority`].
+/// - otherwise `weft_alloc::score_node` over the free GPUs, mapped to 1–10 relative to the other
+///   fitting candidates by [`spread`].
 ///
 /// Nodes with the same topology and the same GPUs in use are scored once (a `ScoreCache` local to
 /// the call). [`prioritize_with`] keeps that cache across calls.
@@ -205,12 +226,20 @@ pub fn prioritize_until(
                     }
                 } else {
                     match cache.score(prepared, &node.free(), count, &cfg.score_config) {
-                        Ok(fit) => NodeScore { score: to_extender_priority(fit.score), fit: Some(fit), reason: None },
+                        // Mapped to 1–10 below, once every candidate is scored.
+                        Ok(fit) => NodeScore { score: 0, fit: Some(fit), reason: None },
                         Err(e) => NodeScore { score: MIN_EXTENDER_PRIORITY, fit: None, reason: Some(e.to_string()) },
                     }
                 }
             }
         });
+    }
+    let raws = out.iter().filter_map(|s| s.fit.as_ref().map(|f| f.score));
+    let (lo, hi) = raws.fold((u8::MAX, u8::MIN), |(lo, hi), r| (lo.min(r), hi.max(r)));
+    for s in &mut out {
+        if let Some(fit) = &s.fit {
+            s.score = spread(fit.score, lo, hi);
+        }
     }
     Ok(out)
 }
@@ -218,6 +247,34 @@ pub fn prioritize_until(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_spread_gives_the_best_10_keeps_fitting_nodes_above_0_and_separates_close_ones() {
+        // A wide spread uses the whole range.
+        assert_eq!(spread(95, 40, 95), 10);
+        assert_eq!(spread(40, 40, 95), 1);
+        assert_eq!(spread(67, 40, 95), 5, "28 of 55 points below the best: 9·28/55 = 4.6 steps");
+        // Close good nodes stay apart (the absolute mapping put 91 and 94 both at 9).
+        assert_eq!(spread(94, 91, 94), 10);
+        assert_eq!(spread(93, 91, 94), 9);
+        assert_eq!(spread(91, 91, 94), 7);
+        assert_ne!(to_extender_priority(91), 10);
+        // All alike: the absolute score, never 0 for a fitting node.
+        assert_eq!(spread(62, 62, 62), 6);
+        assert_eq!(spread(3, 3, 3), 1);
+        // Monotone over every pair of raw scores in every range.
+        for lo in (1..=100u8).step_by(7) {
+            for hi in lo..=100 {
+                let mut last = 0;
+                for raw in lo..=hi {
+                    let p = spread(raw, lo, hi);
+                    assert!((1..=10).contains(&p) && p >= last, "raw {raw} in {lo}..={hi}: {p} after {last}");
+                    last = p;
+                }
+                assert_eq!(spread(hi, lo, hi), if lo == hi { to_extender_priority(hi).max(1) } else { 10 });
+            }
+        }
+    }
 
     #[test]
     fn priority_mapping_rounds_half_up_into_0_to_10() {

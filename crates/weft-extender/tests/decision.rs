@@ -8,7 +8,7 @@ use std::sync::Arc;
 use weft_alloc::{PreparedNode, score_node};
 use weft_extender::ExtenderConfig;
 use weft_extender::cache::TopologyCache;
-use weft_extender::decision::{NodeState, Verdict, filter, prioritize, prioritize_with, to_extender_priority};
+use weft_extender::decision::{NodeState, Verdict, filter, prioritize, prioritize_with, spread};
 use weft_record::TOPOLOGY_ANNOTATION;
 
 fn prep(t: &weft_topology::NodeTopology) -> PreparedNode {
@@ -47,7 +47,7 @@ fn filter_fails_when_fewer_free_than_requested() {
 }
 
 #[test]
-fn prioritize_equals_weft_alloc_score_mapped_to_0_10_for_any_usage() {
+fn prioritize_equals_weft_alloc_score_spread_over_the_candidates_for_any_usage() {
     let cfg = ExtenderConfig::default();
     let topo = common::dgx1_v100("n");
     let p = prep(&topo);
@@ -55,13 +55,31 @@ fn prioritize_equals_weft_alloc_score_mapped_to_0_10_for_any_usage() {
     let nodes: Vec<NodeState<'_>> = masks.iter().map(|&used| NodeState::Known { prepared: &p, used }).collect();
     for count in [1usize, 2, 4] {
         let got = prioritize(count as u64, &nodes, &cfg);
+        let raw: Vec<Option<u8>> = masks
+            .iter()
+            .map(|&used| {
+                let free: Vec<usize> = (0..8).filter(|g| used & (1 << g) == 0).collect();
+                score_node(&p, &free, count, &cfg.score_config).ok().map(|fit| fit.score)
+            })
+            .collect();
+        let lo = raw.iter().flatten().copied().min().unwrap();
+        let hi = raw.iter().flatten().copied().max().unwrap();
+        assert!(lo < hi, "the usages give a spread of raw scores");
         for (i, &used) in masks.iter().enumerate() {
             let free: Vec<usize> = (0..8).filter(|g| used & (1 << g) == 0).collect();
-            let want = match score_node(&p, &free, count, &cfg.score_config) {
-                Ok(fit) => to_extender_priority(fit.score),
-                Err(_) => 0,
-            };
+            let want = raw[i].map_or(0, |r| spread(r, lo, hi));
             assert_eq!(got[i].score, want, "count {count}, used {used:#b}");
+            // The order of raw scores is kept, and the best node gets the top score.
+            for j in 0..masks.len() {
+                if let (Some(a), Some(b)) = (raw[i], raw[j])
+                    && a > b
+                {
+                    assert!(got[i].score >= got[j].score, "{a} > {b} but {} < {}", got[i].score, got[j].score);
+                }
+            }
+            if raw[i] == Some(hi) {
+                assert_eq!(got[i].score, 10);
+            }
             assert!((0..=10).contains(&got[i].score));
             if free.len() < count {
                 assert!(got[i].reason.as_deref().unwrap_or("").contains("GPUs free"), "{:?}", got[i]);

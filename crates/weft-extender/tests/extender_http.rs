@@ -8,17 +8,24 @@ use std::sync::Arc;
 use common::{TestServer, post, post_raw};
 use serde_json::{Value, json};
 use weft_alloc::{PreparedNode, ScoreConfig, score_node};
-use weft_extender::decision::to_extender_priority;
+use weft_extender::decision::spread;
 use weft_extender::wire::{ExtenderFilterResult, HostPriority};
 use weft_extender::{ExtenderConfig, InMemoryView, MAX_EXTENDER_PRIORITY};
 use weft_record::TOPOLOGY_ANNOTATION;
 use weft_topology::NodeTopology;
 
 /// The extender score weft-alloc's `score_node` gives `topology` for `count` GPUs with all free.
-fn expected_priority(topology: &NodeTopology, count: usize) -> i64 {
+/// weft-alloc's raw score of an empty node.
+fn raw_score(topology: &NodeTopology, count: usize) -> u8 {
     let p = PreparedNode::new(topology).unwrap();
     let free: Vec<usize> = (0..p.len()).collect();
-    to_extender_priority(score_node(&p, &free, count, &ScoreConfig::default()).unwrap().score)
+    score_node(&p, &free, count, &ScoreConfig::default()).unwrap().score
+}
+
+/// The extender priority of an empty node alone among the candidates.
+fn expected_priority(topology: &NodeTopology, count: usize) -> i64 {
+    let raw = raw_score(topology, count);
+    spread(raw, raw, raw)
 }
 
 fn scores(body: &str) -> Vec<(String, i64)> {
@@ -180,7 +187,8 @@ async fn nvlink_node_ranks_above_pcie_node_for_a_two_gpu_pod() {
     let (status, text) = post(&format!("{}/prioritize", server.base), &body).await;
     assert_eq!(status, 200, "{text}");
     let got = scores(&text);
-    assert_eq!(got, vec![("pcie".into(), expected_priority(&pcie, 2)), ("nv".into(), expected_priority(&nv, 2))]);
+    let (lo, hi) = (raw_score(&pcie, 2), raw_score(&nv, 2));
+    assert_eq!(got, vec![("pcie".into(), spread(lo, lo, hi)), ("nv".into(), 10)]);
     assert!(got[1].1 > got[0].1, "NVLink node must rank above the PCIe-only one: {got:?}");
     assert!(got.iter().all(|(_, s)| (0..=MAX_EXTENDER_PRIORITY).contains(s)));
 
