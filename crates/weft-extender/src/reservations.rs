@@ -65,6 +65,13 @@ impl Reservations {
         }
     }
 
+    /// Whether `pod_uid` holds a reservation on `node` (expired ones included until a lookup drops
+    /// them).
+    pub fn holds(&self, node: &str, pod_uid: &str) -> bool {
+        let by_node = self.by_node.lock().unwrap_or_else(PoisonError::into_inner);
+        by_node.get(node).is_some_and(|list| list.iter().any(|h| h.pod_uid == pod_uid))
+    }
+
     /// Reservations held now, over all nodes (expired ones included until a lookup drops them).
     pub fn len(&self) -> usize {
         self.by_node.lock().unwrap_or_else(PoisonError::into_inner).values().map(Vec::len).sum()
