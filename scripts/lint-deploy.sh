@@ -109,6 +109,7 @@ TARGETS=(
   "overlays/example+webhook+webhook-cert-manager|overlays/example|webhook webhook-cert-manager"
   "base+agent-nvidia-runtime|base|agent-nvidia-runtime"
   "base+gpu-plugin|base|gpu-plugin"
+  "base+extender-cert-manager|base|extender-cert-manager"
   "base+webhook+network-policies|base|webhook network-policies"
 )
 RENDERED=()
