@@ -56,17 +56,28 @@ struct PodIndex {
 struct IndexInner {
     by_node: HashMap<String, HashMap<ObjectRef<Pod>, Arc<Pod>>>,
     node_of: HashMap<ObjectRef<Pod>, String>,
+    /// Per node, the counter value of its last pod change ([`ClusterView::pods_revision`]); kept
+    /// when the node's last pod goes, so that change is seen too.
+    revision: HashMap<String, u64>,
+    /// Source of revisions; never reused, across re-lists too.
+    counter: u64,
 }
 
 impl IndexInner {
+    fn touch(&mut self, node: &str) {
+        self.counter += 1;
+        self.revision.insert(node.to_string(), self.counter);
+    }
+
     fn remove(&mut self, key: &ObjectRef<Pod>) {
-        if let Some(node) = self.node_of.remove(key)
-            && let Some(pods) = self.by_node.get_mut(&node)
-        {
-            pods.remove(key);
-            if pods.is_empty() {
-                self.by_node.remove(&node);
+        if let Some(node) = self.node_of.remove(key) {
+            if let Some(pods) = self.by_node.get_mut(&node) {
+                pods.remove(key);
+                if pods.is_empty() {
+                    self.by_node.remove(&node);
+                }
             }
+            self.touch(&node);
         }
     }
 
@@ -74,7 +85,8 @@ impl IndexInner {
         self.remove(&key);
         if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty()) {
             self.node_of.insert(key.clone(), node.clone());
-            self.by_node.entry(node).or_default().insert(key, pod);
+            self.by_node.entry(node.clone()).or_default().insert(key, pod);
+            self.touch(&node);
         }
     }
 }
@@ -92,7 +104,13 @@ impl PodIndex {
             }
             Event::Delete(pod) => inner.remove(&ObjectRef::from_obj(pod)),
             Event::InitDone => {
-                *inner = IndexInner::default();
+                // A re-list may have missed deletions: every node gets a new revision.
+                let counter = inner.counter + 1;
+                let nodes: Vec<String> = inner.revision.keys().cloned().collect();
+                *inner = IndexInner { counter, ..IndexInner::default() };
+                for node in nodes {
+                    inner.touch(&node);
+                }
                 for pod in store.state() {
                     inner.insert(ObjectRef::from_obj(&*pod), pod);
                 }
@@ -197,6 +215,12 @@ impl ClusterView for KubeClusterView {
 
     fn is_ready(&self) -> bool {
         self.nodes_ready.load(Ordering::Acquire) && self.pods_ready.load(Ordering::Acquire)
+    }
+
+    fn pods_revision(&self, name: &str) -> Option<u64> {
+        let inner = self.pods.inner.read().unwrap_or_else(PoisonError::into_inner);
+        // A node never seen with pods: revision 0 until its first pod.
+        Some(inner.revision.get(name).copied().unwrap_or(0))
     }
 }
 

@@ -65,6 +65,11 @@ impl Reservations {
         }
     }
 
+    /// Whether any reservation is held on `node` (expired ones included until a lookup drops them).
+    pub fn on_node(&self, node: &str) -> bool {
+        self.by_node.lock().unwrap_or_else(PoisonError::into_inner).contains_key(node)
+    }
+
     /// Whether `pod_uid` holds a reservation on `node` (expired ones included until a lookup drops
     /// them).
     pub fn holds(&self, node: &str, pod_uid: &str) -> bool {

@@ -94,6 +94,8 @@ pub struct ExtenderState {
     cfg: ExtenderConfig,
     cache: TopologyCache,
     scores: Mutex<ScoreCache>,
+    /// Per node, the GPUs its pods hold, as of a pods revision ([`ExtenderState::gpus_used`]).
+    accounting: Mutex<std::collections::HashMap<String, Accounted>>,
     deciding: Arc<tokio::sync::Semaphore>,
     metrics: ExtenderMetrics,
 }
@@ -157,6 +159,7 @@ impl ExtenderState {
             reservations: Reservations::new(cfg.reservation_ttl),
             cache: TopologyCache::with_limits(cfg.cache_limits),
             scores: Mutex::new(ScoreCache::with_capacity(SCORE_CACHE_CAPACITY)),
+            accounting: Mutex::default(),
             deciding: Arc::new(tokio::sync::Semaphore::new(cfg.max_concurrent_decisions.max(1))),
             metrics: ExtenderMetrics::default(),
             cfg,
@@ -333,14 +336,7 @@ impl ExtenderState {
                 return Err(Expired { done: i, total }.into());
             }
             let used = match &prepared {
-                Ok(p) => {
-                    let pods = self.view.pods_on_node(&name);
-                    let usage = gpus_in_use(p, &pods, &self.cfg.resource_name);
-                    for issue in &usage.issues {
-                        tracing::debug!(node = %name, "GPU accounting: {issue}");
-                    }
-                    usage.used | self.reservations.held(&name, now, shown_in(&pods))
-                }
+                Ok(p) => self.gpus_used(&name, p, now),
                 Err(_) => 0,
             };
             candidates.push(Candidate { name, prepared, used });
@@ -403,6 +399,50 @@ impl ExtenderState {
             Err(e) => failed(e.to_string()),
         }
     }
+}
+
+impl ExtenderState {
+    /// The GPUs of `node` held by its pods or reserved. The pods' part is kept per node while the
+    /// view's [`ClusterView::pods_revision`] of the node and its topology stay the same (it changes
+    /// only when the node's pods change), so a request walks only the nodes whose pods changed.
+    /// The pods are read only on a miss or when the node has reservations to settle.
+    fn gpus_used(&self, node: &str, prepared: &PreparedNode, now: std::time::Instant) -> u128 {
+        let revision = self.view.pods_revision(node);
+        let fingerprint = prepared.fingerprint();
+        let cached = revision.and_then(|r| {
+            let accounting = self.accounting.lock().unwrap_or_else(PoisonError::into_inner);
+            accounting.get(node).filter(|a| a.revision == r && a.fingerprint == fingerprint).map(|a| a.used)
+        });
+        let reserved_here = self.reservations.on_node(node);
+        if let (Some(used), false) = (cached, reserved_here) {
+            return used;
+        }
+        let pods = self.view.pods_on_node(node);
+        let used = cached.unwrap_or_else(|| {
+            let usage = gpus_in_use(prepared, &pods, &self.cfg.resource_name);
+            for issue in &usage.issues {
+                tracing::debug!(%node, "GPU accounting: {issue}");
+            }
+            if let Some(revision) = revision {
+                let mut accounting = self.accounting.lock().unwrap_or_else(PoisonError::into_inner);
+                if accounting.len() >= self.cfg.max_nodes_per_request.saturating_mul(2) {
+                    // Nodes come and go; the map never outgrows twice the largest request.
+                    accounting.clear();
+                }
+                accounting.insert(node.to_string(), Accounted { revision, fingerprint, used: usage.used });
+            }
+            usage.used
+        });
+        used | self.reservations.held(node, now, shown_in(&pods))
+    }
+}
+
+/// One node's GPUs held by its pods, as of a pods revision of the view.
+#[derive(Clone, Copy, Debug)]
+struct Accounted {
+    revision: u64,
+    fingerprint: u64,
+    used: u128,
 }
 
 fn states(candidates: &[Candidate]) -> Vec<NodeState<'_>> {

@@ -22,6 +22,12 @@ pub trait ClusterView: Send + Sync {
     fn is_ready(&self) -> bool {
         true
     }
+    /// A value that changes whenever the set of pods bound to `name` (or any of them) changes, so
+    /// what was derived from [`ClusterView::pods_on_node`] can be reused while it stays the same.
+    /// `None`: not tracked (nothing derived is reused).
+    fn pods_revision(&self, _name: &str) -> Option<u64> {
+        None
+    }
 }
 
 /// A [`ClusterView`] held in memory; filled by hand. Ready unless told otherwise.
@@ -29,12 +35,20 @@ pub trait ClusterView: Send + Sync {
 pub struct InMemoryView {
     nodes: RwLock<HashMap<String, Arc<Node>>>,
     pods: RwLock<HashMap<String, Vec<Arc<Pod>>>>,
+    /// Bumped on every pod change (one counter for all nodes: a change anywhere invalidates
+    /// everything, which is correct and simple for tests and the simulator).
+    revision: std::sync::atomic::AtomicU64,
     ready: AtomicBool,
 }
 
 impl Default for InMemoryView {
     fn default() -> Self {
-        InMemoryView { nodes: RwLock::default(), pods: RwLock::default(), ready: AtomicBool::new(true) }
+        InMemoryView {
+            nodes: RwLock::default(),
+            pods: RwLock::default(),
+            revision: std::sync::atomic::AtomicU64::new(0),
+            ready: AtomicBool::new(true),
+        }
     }
 }
 
@@ -61,6 +75,7 @@ impl InMemoryView {
         let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else { return };
         self.remove_pod(pod.metadata.namespace.as_deref().unwrap_or(""), pod.metadata.name.as_deref().unwrap_or(""));
         self.pods.write().unwrap_or_else(PoisonError::into_inner).entry(node).or_default().push(Arc::new(pod));
+        self.revision.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Remove a pod.
@@ -72,6 +87,7 @@ impl InMemoryView {
                     || p.metadata.name.as_deref().unwrap_or("") != name
             });
         }
+        self.revision.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Set what [`ClusterView::is_ready`] answers.
@@ -91,5 +107,9 @@ impl ClusterView for InMemoryView {
 
     fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
+    }
+
+    fn pods_revision(&self, _name: &str) -> Option<u64> {
+        Some(self.revision.load(Ordering::Acquire))
     }
 }
