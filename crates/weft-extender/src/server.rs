@@ -701,28 +701,51 @@ fn decode_volcano<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> R
     })
 }
 
-async fn volcano_predicate_handler(
-    State(state): State<Arc<ExtenderState>>,
+/// A vc-scheduler verb answered by a decision (predicate, prioritize): the body decoded as `R`,
+/// `answer` run under the decision slots and the request deadline, `timed_out` sent when time ran
+/// out.
+async fn volcano_decision<R, A>(
+    state: Arc<ExtenderState>,
     headers: HeaderMap,
     body: Body,
-) -> Response {
+    verb: &'static str,
+    answer: fn(&ExtenderState, R, Deadline) -> Result<A, Expired>,
+    timed_out: fn(String) -> A,
+) -> Response
+where
+    R: serde::de::DeserializeOwned + 'static,
+    A: serde::Serialize + 'static,
+{
     let (start, metrics, timeout) = (std::time::Instant::now(), state.metrics.clone(), state.cfg.request_timeout);
-    let decided = decide(state, headers, body, |st, bytes, deadline| {
-        let request = decode_volcano(&bytes, "predicate")?;
-        let answer = st.volcano_predicate(request, deadline).map_err(|_| Unanswered::TimedOut)?;
-        Ok(encode(&answer)?)
+    let decided = decide(state, headers, body, move |st, bytes, deadline| {
+        let request = decode_volcano(&bytes, verb)?;
+        Ok(encode(&answer(st, request, deadline).map_err(|_| Unanswered::TimedOut)?)?)
     })
     .await;
     let response = match decided {
         Ok(bytes) => json_response(bytes),
         Err(Unanswered::Failed(failure)) => failure.into_response(),
-        Err(Unanswered::TimedOut) => respond(&volcano::PredicateResponse {
-            error_message: format!("weft extender: predicate did not finish within {timeout:?}"),
-            code: volcano::ERROR,
-        }),
+        Err(Unanswered::TimedOut) => {
+            respond(&timed_out(format!("weft extender: {verb} did not finish within {timeout:?}")))
+        }
     };
-    metrics.observe("volcano_predicate", response.status(), start.elapsed());
+    metrics.observe(
+        if verb == "predicate" { "volcano_predicate" } else { "volcano_prioritize" },
+        response.status(),
+        start.elapsed(),
+    );
     response
+}
+
+async fn volcano_predicate_handler(
+    State(state): State<Arc<ExtenderState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    volcano_decision(state, headers, body, "predicate", ExtenderState::volcano_predicate, |error_message| {
+        volcano::PredicateResponse { error_message, code: volcano::ERROR }
+    })
+    .await
 }
 
 async fn volcano_prioritize_handler(
@@ -730,23 +753,10 @@ async fn volcano_prioritize_handler(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let (start, metrics, timeout) = (std::time::Instant::now(), state.metrics.clone(), state.cfg.request_timeout);
-    let decided = decide(state, headers, body, |st, bytes, deadline| {
-        let request = decode_volcano(&bytes, "prioritize")?;
-        let answer = st.volcano_prioritize(request, deadline).map_err(|_| Unanswered::TimedOut)?;
-        Ok(encode(&answer)?)
+    volcano_decision(state, headers, body, "prioritize", ExtenderState::volcano_prioritize, |error_message| {
+        volcano::PrioritizeResponse { node_score: BTreeMap::new(), error_message }
     })
-    .await;
-    let response = match decided {
-        Ok(bytes) => json_response(bytes),
-        Err(Unanswered::Failed(failure)) => failure.into_response(),
-        Err(Unanswered::TimedOut) => respond(&volcano::PrioritizeResponse {
-            node_score: BTreeMap::new(),
-            error_message: format!("weft extender: prioritize did not finish within {timeout:?}"),
-        }),
-    };
-    metrics.observe("volcano_prioritize", response.status(), start.elapsed());
-    response
+    .await
 }
 
 /// AllocateFunc and DeallocateFunc: an API write each, like bind, under the request timeout.
