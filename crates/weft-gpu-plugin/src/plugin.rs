@@ -207,8 +207,9 @@ impl GpuPlugin {
         state.unplaced.clear();
     }
 
-    /// The pods in admission order and the containers already served, read before the lock.
-    async fn candidates(&self) -> (Vec<PendingPod>, Served) {
+    /// The pods in admission order, the containers already served, and the GPUs the kubelet lists
+    /// for each pod's running containers (by pod UID); read before the lock.
+    async fn candidates(&self) -> (Vec<PendingPod>, Served, HashMap<String, Vec<usize>>) {
         let pods = match self.pods.pods().await {
             Ok(p) => p,
             Err(e) => {
@@ -228,12 +229,15 @@ impl GpuPlugin {
             .collect();
         admission_order(&mut pending);
         let mut served = Served::new();
+        let mut listed = HashMap::<String, Vec<usize>>::new();
         match self.assigned.list().await {
             Ok(list) => {
                 let by_name: HashMap<(&str, &str), &str> =
                     pending.iter().map(|p| ((p.namespace.as_str(), p.name.as_str()), p.uid.as_str())).collect();
-                for key in podresources::devices_of(&list, &self.cfg.resource).into_keys() {
+                for (key, ids) in podresources::devices_of(&list, &self.cfg.resource) {
                     if let Some(uid) = by_name.get(&(key.namespace.as_str(), key.pod.as_str())) {
+                        let gpus = self.inventory.indices(&ids).unwrap_or_default();
+                        listed.entry(uid.to_string()).or_default().extend(gpus);
                         served.insert((uid.to_string(), key.container));
                     }
                 }
@@ -242,7 +246,7 @@ impl GpuPlugin {
                 tracing::warn!(error = %e, "PodResources: served containers known from this plugin's own answers only")
             }
         }
-        (pending, served)
+        (pending, served, listed)
     }
 
     fn attribute_locked(
@@ -326,19 +330,24 @@ impl DeviceSource for GpuPlugin {
         let required = self.inventory.indices(&request.must_include_device_i_ds).map_err(|e| invalid(resource, e))?;
         let size = usize::try_from(request.allocation_size)
             .map_err(|_| invalid(resource, format!("allocation size {} is negative", request.allocation_size)))?;
-        let (pods, served) = self.candidates().await;
+        let (pods, served, mut listed) = self.candidates().await;
         let (found, held) = {
             let state = self.state();
             let found = Self::attribute_locked(&state, &pods, &served, size);
+            // What the pod's running containers hold: the kubelet's list, and this plugin's answers
+            // it does not list yet.
             let held: Vec<usize> = found
                 .as_ref()
                 .map(|(pod, _)| {
-                    state
-                        .ledger
-                        .iter()
-                        .filter(|((uid, _), g)| *uid == pod.uid && g.long_running)
-                        .flat_map(|(_, g)| g.gpus.iter().copied())
-                        .collect()
+                    let mut held = listed.remove(&pod.uid).unwrap_or_default();
+                    held.extend(
+                        state
+                            .ledger
+                            .iter()
+                            .filter(|((uid, _), g)| *uid == pod.uid && g.long_running)
+                            .flat_map(|(_, g)| g.gpus.iter().copied()),
+                    );
+                    held
                 })
                 .unwrap_or_default();
             (found, held)
@@ -379,7 +388,7 @@ impl DeviceSource for GpuPlugin {
         let found = match pending {
             Some((pod, c, _)) => Some((pod, c)),
             None => {
-                let (pods, served) = self.candidates().await;
+                let (pods, served, _) = self.candidates().await;
                 Self::attribute_locked(&self.state(), &pods, &served, size)
             }
         };

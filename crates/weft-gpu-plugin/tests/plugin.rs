@@ -353,3 +353,19 @@ async fn the_write_back_patches_the_pod_on_the_api_server_within_the_agents_rbac
     weft_testkit::rbac::assert_granted(&agent, &["base/agent/rbac.yaml"]);
     node.stop().await;
 }
+
+#[tokio::test]
+async fn a_write_back_between_two_containers_does_not_lose_the_pods_share_of_its_decision() {
+    let node = Node::start(DeviceListStrategy::Envvar).await;
+    let p = pod("pair", 1, &[("a", false, 2), ("b", false, 2)], Some((NODE, &[0, 1, 4, 5])));
+    let a = node.kubelet.admit_container(&p, "a").await.unwrap();
+    // The write-back runs after container a's Allocate and settles the plugin's memory of it: the
+    // kubelet's PodResources is now the only record of what a holds.
+    reconcile_once(&node.plugin, &Recorder::default()).await.unwrap();
+    assert!(node.plugin.grants().is_empty(), "settled");
+    let b = node.kubelet.admit_container(&p, "b").await.unwrap();
+    let mut all: Vec<usize> = indices(&a[0]).into_iter().chain(indices(&b[0])).collect();
+    all.sort_unstable();
+    assert_eq!(all, [0, 1, 4, 5], "b got the rest of the decision, not a best-effort pair");
+    node.stop().await;
+}

@@ -190,6 +190,16 @@ impl TestKubelet {
     /// got. An error is the kubelet's admission failure message; devices given to the failed
     /// container are released, those of the pod's earlier containers stay, as in the kubelet.
     pub async fn admit(&self, pod: &Pod) -> Result<Vec<Allocation>, String> {
+        self.admit_only(pod, None).await
+    }
+
+    /// Admits only the app container `container` of `pod`, as [`TestKubelet::admit`] would (for
+    /// tests that act between two containers' allocations).
+    pub async fn admit_container(&self, pod: &Pod, container: &str) -> Result<Vec<Allocation>, String> {
+        self.admit_only(pod, Some(container)).await
+    }
+
+    async fn admit_only(&self, pod: &Pod, only: Option<&str>) -> Result<Vec<Allocation>, String> {
         if !self.pods.get().iter().any(|p| p.metadata.uid == pod.metadata.uid) {
             self.add_pod(pod.clone());
         }
@@ -213,6 +223,9 @@ impl TestKubelet {
         let mut out = Vec::new();
         let init = spec.init_containers.iter().flatten().map(|c| (c, c.restart_policy.as_deref() != Some("Always")));
         for (container, reusable_after) in init.chain(spec.containers.iter().map(|c| (c, false))) {
+            if only.is_some_and(|name| name != container.name) {
+                continue;
+            }
             let got = self.allocate_container(&uid, container, &reuse).await?;
             for a in &got {
                 let pool = reuse.entry(a.resource.clone()).or_default();
