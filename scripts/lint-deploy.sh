@@ -378,22 +378,26 @@ def check_target(target, objs):
             if s.get("kind") == "ServiceAccount" and (s.get("namespace"), s.get("name")) not in sas:
                 err(where, f"subject ServiceAccount {s.get('namespace')}/{s.get('name')} does not exist")
 
-    # The agent's admission policy must name the agent's real service account.
-    agent_sa = [k for k in sas if k[1] == "weft-agent"]
+    # weft's admission policies must name the real service account they confine.
     policies = names("ValidatingAdmissionPolicy")
     for where, b in by_kind.get("ValidatingAdmissionPolicyBinding", []):
         if b["spec"].get("policyName") not in policies:
             err(where, f"policyName {b['spec'].get('policyName')!r} is not a ValidatingAdmissionPolicy here")
+    confined = {
+        "weft-agent-node-topology": "weft-agent",
+        "weft-agent-pod-gpu-ids": "weft-agent",
+        "weft-scheduler-extender-pod-decision": "weft-scheduler-extender",
+    }
     for name, (where, p) in policies.items():
-        if name not in ("weft-agent-node-topology", "weft-agent-pod-gpu-ids"):
+        if name not in confined:
             continue
         if not any(b["spec"].get("policyName") == name for _, b in by_kind.get("ValidatingAdmissionPolicyBinding", [])):
             err(where, "is not bound by any ValidatingAdmissionPolicyBinding")
         exprs = " ".join(m.get("expression", "") for m in p["spec"].get("matchConditions") or [])
-        for ns, sa in agent_sa:
+        for ns, sa in [k for k in sas if k[1] == confined[name]]:
             want = f"system:serviceaccount:{ns}:{sa}"
             if want not in exprs:
-                err(where, f"matchConditions do not name the agent's service account {want!r}")
+                err(where, f"matchConditions do not name the service account {want!r}")
 
     # Webhook configurations must point at a Service that exists, on a port it serves.
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
