@@ -27,7 +27,7 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::jiff::Timestamp;
 use weft_record::decision::GpuDecision;
-use weft_resources::{Stage, container_request};
+use weft_resources::{Stage, container_amount};
 
 /// One container that asks for the resource.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -122,9 +122,7 @@ impl PendingPod {
 }
 
 fn amount(c: &Container, resource: &str) -> Result<usize, String> {
-    let Some(res) = &c.resources else { return Ok(0) };
-    let quantities = [&res.requests, &res.limits].into_iter().flatten().filter_map(|m| m.get(resource));
-    let n = container_request(&c.name, resource, quantities.map(|q| q.0.as_str())).map_err(|e| e.to_string())?;
+    let n = container_amount(c, resource).map_err(|e| e.to_string())?;
     usize::try_from(n).map_err(|_| format!("container '{}': {resource} count {n} is too large", c.name))
 }
 

@@ -14,4 +14,4 @@ pub mod quantity;
 pub mod request;
 
 pub use quantity::{QuantityError, milli_value, value, whole};
-pub use request::{RequestError, Stage, container_request, pod_need, pod_request};
+pub use request::{RequestError, Stage, container_amount, container_request, pod_need, pod_request};

@@ -10,7 +10,8 @@
 //! - the result is `max(app sum + sidecars, largest init-time need)`.
 //!
 //! [`pod_need`] is the rule over amounts already read; [`pod_request`] applies it to a
-//! `v1.Pod`, and [`container_request`] reads one container's amount from its quantities.
+//! `v1.Pod`, [`container_amount`] reads one container's amount from its spec and
+//! [`container_request`] from its quantities.
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
@@ -99,7 +100,9 @@ pub fn container_request<'a>(
     Ok(best)
 }
 
-fn amount(c: &Container, resource: &str) -> Result<u64, RequestError> {
+/// One container's amount of `resource` from its spec: [`container_request`] over its requests and
+/// limits (0 when it names neither).
+pub fn container_amount(c: &Container, resource: &str) -> Result<u64, RequestError> {
     let Some(res) = &c.resources else { return Ok(0) };
     let quantities = [&res.requests, &res.limits].into_iter().flatten().filter_map(|m| m.get(resource));
     container_request(&c.name, resource, quantities.map(|q| q.0.as_str()))
@@ -112,7 +115,7 @@ pub fn pod_request(pod: &Pod, resource: &str) -> Result<u64, RequestError> {
     let app = spec.containers.iter().map(|c| (Stage::App, c));
     // The first unreadable quantity stops the count and is the answer.
     let mut failed = None;
-    let need = pod_need(init.chain(app).map_while(|(stage, c)| match amount(c, resource) {
+    let need = pod_need(init.chain(app).map_while(|(stage, c)| match container_amount(c, resource) {
         Ok(n) => Some((stage, n)),
         Err(e) => {
             failed = Some(e);
