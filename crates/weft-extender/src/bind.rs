@@ -132,12 +132,8 @@ impl PodBinder for KubePodBinder {
         uid: &str,
         annotations: BTreeMap<String, Option<String>>,
     ) -> Result<(), String> {
-        // The UID in a merge patch is a precondition: the API server refuses to change it, so the
-        // patch fails on a pod recreated under the same name.
-        let patch = serde_json::json!({ "metadata": { "uid": uid, "annotations": annotations } });
-        let params = kube::api::PatchParams { field_manager: Some(DECIDED_BY.to_string()), ..Default::default() };
-        Api::<Pod>::namespaced(self.client.clone(), namespace)
-            .patch(name, &params, &kube::api::Patch::Merge(&patch))
+        let api = Api::<Pod>::namespaced(self.client.clone(), namespace);
+        weft_kube::write::patch_annotations(&api, name, uid, &annotations, DECIDED_BY)
             .await
             .map(|_| ())
             .map_err(|e| format!("recording the GPU decision on pod {namespace}/{name}: {e}"))

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use tokio_util::sync::CancellationToken;
 use weft_deviceplugin::podresources::devices_of;
 use weft_record::GPU_IDS_ANNOTATION;
@@ -27,9 +27,9 @@ pub trait PodAnnotator: Send + Sync + 'static {
     async fn annotate(&self, namespace: &str, name: &str, uid: &str, key: &str, value: &str) -> Result<(), String>;
 }
 
-/// Writes through the API server: a JSON merge patch of the one annotation, after checking the
-/// pod is still the one the kubelet runs (a pod deleted and recreated under the same name is left
-/// alone).
+/// Writes through the API server: one JSON merge patch of the annotation that carries the pod's
+/// UID ([`weft_kube::write::patch_annotations`]), so a pod deleted and recreated under the same name
+/// is left alone.
 pub struct KubeAnnotator {
     client: kube::Client,
     field_manager: String,
@@ -46,18 +46,11 @@ impl KubeAnnotator {
 impl PodAnnotator for KubeAnnotator {
     async fn annotate(&self, namespace: &str, name: &str, uid: &str, key: &str, value: &str) -> Result<(), String> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        let what = format!("pod {namespace}/{name}");
-        let pod = api.get(name).await.map_err(|e| format!("reading {what}: {e}"))?;
-        if pod.metadata.uid.as_deref() != Some(uid) {
-            return Err(format!("{what} was replaced (UID is no longer {uid})"));
-        }
-        if pod.metadata.annotations.as_ref().and_then(|a| a.get(key)).is_some_and(|v| v == value) {
-            return Ok(());
-        }
-        let patch = serde_json::json!({ "metadata": { "annotations": { key: value } } });
-        let params = PatchParams { field_manager: Some(self.field_manager.clone()), ..PatchParams::default() };
-        api.patch(name, &params, &Patch::Merge(&patch)).await.map_err(|e| format!("annotating {what}: {e}"))?;
-        Ok(())
+        let annotations = BTreeMap::from([(key.to_string(), Some(value.to_string()))]);
+        weft_kube::write::patch_annotations(&api, name, uid, &annotations, &self.field_manager)
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("annotating pod {namespace}/{name}: {e}"))
     }
 }
 

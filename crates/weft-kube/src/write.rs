@@ -1,10 +1,12 @@
-//! Writes that survive other writers: bounded retries with backoff, and read-modify-write updates
-//! that re-read the object after a 409 Conflict instead of overwriting someone else's change.
+//! Writes that survive other writers: bounded retries with backoff, read-modify-write updates
+//! that re-read the object after a 409 Conflict instead of overwriting someone else's change, and
+//! annotation patches that cannot land on an object recreated under the same name.
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::time::Duration;
 
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Error as KubeError, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -118,6 +120,25 @@ where
             other => return other,
         }
     }
+}
+
+/// Sets (`Some`) or removes (`None`) annotations of object `name` in one JSON merge patch that also
+/// carries `uid`. The API server refuses to change an object's UID (422 Invalid, "field is
+/// immutable"), so the patch fails instead of landing on an object deleted and recreated under the
+/// same name; other annotations are left as they are.
+pub async fn patch_annotations<K>(
+    api: &Api<K>,
+    name: &str,
+    uid: &str,
+    annotations: &BTreeMap<String, Option<String>>,
+    field_manager: &str,
+) -> Result<K, KubeError>
+where
+    K: Clone + DeserializeOwned + Debug,
+{
+    let patch = serde_json::json!({ "metadata": { "uid": uid, "annotations": annotations } });
+    let params = PatchParams { field_manager: Some(field_manager.to_string()), ..PatchParams::default() };
+    api.patch(name, &params, &Patch::Merge(&patch)).await
 }
 
 #[cfg(test)]
