@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
 use weft_alloc::{Policy, Request, allocate};
-use weft_record::usage::{format_gpu_ids, gpus_in_use};
+use weft_record::usage::{PodRef, format_gpu_ids, gpus_in_use};
 use weft_record::{GPU_DECISION_ANNOTATION, GPU_IDS_ANNOTATION, GpuDecision};
 
 use crate::reservations::shown_in;
@@ -37,14 +37,6 @@ fn decision_annotations(node: &str, gpus: &[usize]) -> BTreeMap<String, String> 
         (GPU_IDS_ANNOTATION.to_string(), format_gpu_ids(gpus)),
         (GPU_DECISION_ANNOTATION.to_string(), decision.to_annotation()),
     ])
-}
-
-fn task_namespace(pod: &Pod) -> String {
-    pod.metadata.namespace.clone().unwrap_or_default()
-}
-
-fn task_name(pod: &Pod) -> String {
-    pod.metadata.name.clone().unwrap_or_default()
 }
 
 /// Who the decision says made it.
@@ -190,7 +182,7 @@ impl ExtenderState {
         let outcome = async {
             let binder = self.binder().ok_or("this extender cannot record decisions: it has no API access")?;
             let (task, pod) = task_pod(request.task)?;
-            let (namespace, name) = (task_namespace(&pod), task_name(&pod));
+            let PodRef { namespace, name } = PodRef::of(&pod);
             let node = task.node_name.as_str();
             if node.is_empty() {
                 return Err(format!("task {namespace}/{name} has no NodeName"));
@@ -219,7 +211,7 @@ impl ExtenderState {
         let outcome = async {
             let binder = self.binder().ok_or("this extender cannot record decisions: it has no API access")?;
             let (task, pod) = task_pod(request.task)?;
-            let (namespace, name) = (task_namespace(&pod), task_name(&pod));
+            let PodRef { namespace, name } = PodRef::of(&pod);
             let uid = pod.metadata.uid.clone().unwrap_or_default();
             let node = task.node_name.as_str();
             self.reservations().release(node, &uid);

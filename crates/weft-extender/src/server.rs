@@ -703,12 +703,12 @@ fn decode_volcano<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> R
 
 /// A vc-scheduler verb answered by a decision (predicate, prioritize): the body decoded as `R`,
 /// `answer` run under the decision slots and the request deadline, `timed_out` sent when time ran
-/// out.
+/// out. `(verb, metric)`: the route's verb and the verb label of the request metrics.
 async fn volcano_decision<R, A>(
     state: Arc<ExtenderState>,
     headers: HeaderMap,
     body: Body,
-    verb: &'static str,
+    (verb, metric): (&'static str, &'static str),
     answer: fn(&ExtenderState, R, Deadline) -> Result<A, Expired>,
     timed_out: fn(String) -> A,
 ) -> Response
@@ -729,11 +729,7 @@ where
             respond(&timed_out(format!("weft extender: {verb} did not finish within {timeout:?}")))
         }
     };
-    metrics.observe(
-        if verb == "predicate" { "volcano_predicate" } else { "volcano_prioritize" },
-        response.status(),
-        start.elapsed(),
-    );
+    metrics.observe(metric, response.status(), start.elapsed());
     response
 }
 
@@ -742,9 +738,14 @@ async fn volcano_predicate_handler(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    volcano_decision(state, headers, body, "predicate", ExtenderState::volcano_predicate, |error_message| {
-        volcano::PredicateResponse { error_message, code: volcano::ERROR }
-    })
+    volcano_decision(
+        state,
+        headers,
+        body,
+        ("predicate", "volcano_predicate"),
+        ExtenderState::volcano_predicate,
+        |error_message| volcano::PredicateResponse { error_message, code: volcano::ERROR },
+    )
     .await
 }
 
@@ -753,22 +754,27 @@ async fn volcano_prioritize_handler(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    volcano_decision(state, headers, body, "prioritize", ExtenderState::volcano_prioritize, |error_message| {
-        volcano::PrioritizeResponse { node_score: BTreeMap::new(), error_message }
-    })
+    volcano_decision(
+        state,
+        headers,
+        body,
+        ("prioritize", "volcano_prioritize"),
+        ExtenderState::volcano_prioritize,
+        |error_message| volcano::PrioritizeResponse { node_score: BTreeMap::new(), error_message },
+    )
     .await
 }
 
 /// AllocateFunc and DeallocateFunc: an API write each, like bind, under the request timeout.
-async fn volcano_event(state: Arc<ExtenderState>, headers: HeaderMap, body: Body, what: &'static str) -> Response {
+async fn volcano_event(state: Arc<ExtenderState>, headers: HeaderMap, body: Body, event: volcano::Event) -> Response {
     let (start, metrics, timeout) = (std::time::Instant::now(), state.metrics.clone(), state.cfg.request_timeout);
+    let what = event.verb();
     let work = async {
         let bytes = read_body(body, state.cfg.max_body_bytes, &headers).await?;
         let request = decode_volcano(&bytes, what)?;
-        Ok::<_, Failure>(if what == "allocate" {
-            state.volcano_allocate(request).await
-        } else {
-            state.volcano_deallocate(request).await
+        Ok::<_, Failure>(match event {
+            volcano::Event::Allocate => state.volcano_allocate(request).await,
+            volcano::Event::Deallocate => state.volcano_deallocate(request).await,
         })
     };
     let response = match tokio::time::timeout(timeout, work).await {
@@ -783,16 +789,12 @@ async fn volcano_event(state: Arc<ExtenderState>, headers: HeaderMap, body: Body
             error_message: format!("weft extender: {what} did not finish within {timeout:?}"),
         }),
     };
-    metrics.observe(
-        if what == "allocate" { "volcano_allocate" } else { "volcano_deallocate" },
-        response.status(),
-        start.elapsed(),
-    );
+    metrics.observe(event.metric(), response.status(), start.elapsed());
     response
 }
 
 async fn volcano_allocate_handler(State(state): State<Arc<ExtenderState>>, headers: HeaderMap, body: Body) -> Response {
-    volcano_event(state, headers, body, "allocate").await
+    volcano_event(state, headers, body, volcano::Event::Allocate).await
 }
 
 async fn volcano_deallocate_handler(
@@ -800,5 +802,5 @@ async fn volcano_deallocate_handler(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    volcano_event(state, headers, body, "deallocate").await
+    volcano_event(state, headers, body, volcano::Event::Deallocate).await
 }

@@ -125,6 +125,33 @@ pub struct EventHandlerResponse {
     pub error_message: String,
 }
 
+/// vc-scheduler's allocation events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// AllocateFunc: the session placed a task on a node.
+    Allocate,
+    /// DeallocateFunc: the session took the placement back.
+    Deallocate,
+}
+
+impl Event {
+    /// The route's verb.
+    pub fn verb(self) -> &'static str {
+        match self {
+            Event::Allocate => "allocate",
+            Event::Deallocate => "deallocate",
+        }
+    }
+
+    /// The verb label of the request metrics.
+    pub fn metric(self) -> &'static str {
+        match self {
+            Event::Allocate => "volcano_allocate",
+            Event::Deallocate => "volcano_deallocate",
+        }
+    }
+}
+
 /// The task's pod, with the task's identity where the pod lacks it; the error names what is
 /// missing.
 pub fn task_pod(task: Option<TaskInfo>) -> Result<(TaskInfo, Pod), String> {
