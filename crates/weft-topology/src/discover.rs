@@ -8,14 +8,17 @@
 
 mod cache;
 mod fake;
+mod fake_sriov;
 mod gpu;
 #[cfg(feature = "nvml")]
 mod nvml;
 mod pci;
+mod sriov;
 mod sysfs;
 
 pub use cache::{CACHE_FORMAT, DiscoveryCache, Fingerprint};
 pub use fake::{FAKE_GPU_PCI_ID, FAKE_NVSWITCH_PCI_ID, FakeNvml};
+pub use fake_sriov::{FakeFunction, FakeSriovTree};
 pub use gpu::{
     GpuIdentity, GpuReport, GpuSource, LinkEnd, NVIDIA_PCI_VENDOR, NVLINK_MAX_LINKS, NoGpuSource, NvlinkRemote,
     NvmlDeviceInfo, NvmlGpuSource, NvmlLike, NvmlTopologyLevel, RemoteDeviceType, classify_remote, count_nvlinks,
@@ -23,6 +26,7 @@ pub use gpu::{
 #[cfg(feature = "nvml")]
 pub use nvml::NvmlLib;
 pub use pci::{PciPath, normalize_pci_bus_id};
+pub use sriov::{LinkInfo, PhysicalFunction, SriovInventory, VirtualFunction, read_sriov, read_vf};
 pub use sysfs::{
     DiscoveredNic, PciDeviceInfo, SysfsRoot, read_boot_id, read_cpu_layout, read_cpu_topology, read_hostname,
     read_nics, read_pci_device,

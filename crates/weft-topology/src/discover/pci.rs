@@ -48,7 +48,7 @@ fn is_pci_root(s: &str) -> bool {
 
 /// Where a PCI function sits in the PCI tree, read from its canonical sysfs path
 /// (`/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:08.0/0000:07:00.0`).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PciPath {
     /// The PCI root (host bridge) the device hangs off, e.g. `pci0000:00`.
     pub root: String,

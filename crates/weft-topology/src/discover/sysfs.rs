@@ -88,7 +88,7 @@ fn read_cpuset(path: &Path, notes: &mut Vec<String>) -> Option<CpuSet> {
     }
 }
 
-fn read_numa_node(path: &Path, notes: &mut Vec<String>) -> Option<u32> {
+pub(crate) fn read_numa_node(path: &Path, notes: &mut Vec<String>) -> Option<u32> {
     let text = read_noted(path, notes)?;
     match text.parse::<i64>() {
         Ok(n) if n >= 0 => u32::try_from(n).ok(),
@@ -101,7 +101,7 @@ fn read_numa_node(path: &Path, notes: &mut Vec<String>) -> Option<u32> {
 }
 
 /// Sorted entries of a directory; empty when it does not exist.
-fn list_dir(path: &Path, notes: &mut Vec<String>) -> Vec<String> {
+pub(crate) fn list_dir(path: &Path, notes: &mut Vec<String>) -> Vec<String> {
     match std::fs::read_dir(path) {
         Ok(rd) => {
             let mut names: Vec<String> =
