@@ -2,11 +2,14 @@
 //!
 //! - [`config`]: physnets in the seed's terms (`physical_device_mappings` with VF ranges,
 //!   `default_physnet_subnets`), validated with errors that name the entry.
+//! - [`choice`]: which VFs a pod gets: the ones nearest its GPUs (same PCIe switch, then root,
+//!   then NUMA node), spread over PFs.
 //! - [`vif`]: the multi-VIF record on the pod (interface name → VIF) and its Multus
 //!   `network-status` form.
 //!
 //! The node's SR-IOV inventory (PFs, VFs, PCIe place, NUMA, RDMA, link) is part of the node model
 //! and is read from sysfs by `weft_topology::discover::read_sriov`.
 
+pub mod choice;
 pub mod config;
 pub mod vif;
