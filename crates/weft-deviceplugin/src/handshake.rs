@@ -20,14 +20,25 @@
 //!
 //! A misattribution (two pods of one size whose admission order differs from their creation
 //! order) costs no correctness: every answer is a valid set from the available devices, and the
-//! write-back from PodResources corrects `weft.io/gpu-ids` for both pods.
+//! write-back from PodResources corrects the record (`weft.io/gpu-ids`, `weft.io/vifs`) for both
+//! pods.
+//!
+//! The rule is the same for every device kind; what a pod's recorded decision says is the device
+//! plugin's own (a GPU set, VFs), read by the closure [`PendingPod::of`] is given.
 
 use std::collections::BTreeSet;
 
+use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::jiff::Timestamp;
-use weft_record::decision::GpuDecision;
 use weft_resources::{Stage, container_amount};
+
+/// The pods the kubelet knows on this node (its `/pods` list in production).
+#[async_trait]
+pub trait NodePods: Send + Sync + 'static {
+    /// The pods, as the kubelet has them.
+    async fn pods(&self) -> Result<Vec<Pod>, String>;
+}
 
 /// One container that asks for the resource.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,11 +53,11 @@ pub struct DeviceContainer {
 
 /// What the pod's recorded decision says for this node.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Recorded {
+pub enum Recorded<T> {
     /// No decision on the pod.
     None,
-    /// A decision for this node: these GPU indices.
-    ForThisNode(Vec<usize>),
+    /// A decision for this node (GPU indices, VFs).
+    ForThisNode(T),
     /// A decision for another node (the pod was rebound, or the annotation was copied).
     OtherNode(String),
     /// The annotation could not be read.
@@ -55,7 +66,7 @@ pub enum Recorded {
 
 /// A pod on this node as the handshake sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PendingPod {
+pub struct PendingPod<T> {
     /// Pod UID.
     pub uid: String,
     /// Namespace.
@@ -67,14 +78,18 @@ pub struct PendingPod {
     /// Its device containers in allocation order: init containers, then app containers.
     pub containers: Vec<DeviceContainer>,
     /// The recorded decision.
-    pub decision: Recorded,
+    pub decision: Recorded<T>,
 }
 
-impl PendingPod {
-    /// The pod as the handshake sees it, for `resource` on `node`; `None` for a pod that asks for
-    /// none of the resource or has finished. A quantity that is not a whole count is an error
-    /// naming the pod and container.
-    pub fn of(pod: &Pod, resource: &str, node: &str) -> Result<Option<PendingPod>, String> {
+impl<T> PendingPod<T> {
+    /// The pod as the handshake sees it, for `resource`, its decision read by `decision`; `None`
+    /// for a pod that asks for none of the resource or has finished. A quantity that is not a
+    /// whole count is an error naming the pod and container.
+    pub fn of(
+        pod: &Pod,
+        resource: &str,
+        decision: impl FnOnce(&Pod) -> Recorded<T>,
+    ) -> Result<Option<PendingPod<T>>, String> {
         let meta = &pod.metadata;
         let label = format!(
             "pod {}/{}",
@@ -98,13 +113,7 @@ impl PendingPod {
         if containers.is_empty() {
             return Ok(None);
         }
-        let annotation = meta.annotations.as_ref().and_then(|a| a.get(weft_record::decision::GPU_DECISION_ANNOTATION));
-        let decision = match annotation.map(|v| GpuDecision::from_annotation(v)) {
-            None => Recorded::None,
-            Some(Err(e)) => Recorded::Unreadable(e),
-            Some(Ok(d)) if d.node == node => Recorded::ForThisNode(d.gpus),
-            Some(Ok(d)) => Recorded::OtherNode(d.node),
-        };
+        let decision = decision(pod);
         Ok(Some(PendingPod {
             uid: meta.uid.clone().unwrap_or_default(),
             namespace: meta.namespace.clone().unwrap_or_default(),
@@ -127,7 +136,7 @@ fn amount(c: &Container, resource: &str) -> Result<usize, String> {
 }
 
 /// Sorts pods into the kubelet's admission order (rule 1).
-pub fn admission_order(pods: &mut [PendingPod]) {
+pub fn admission_order<T>(pods: &mut [PendingPod<T>]) {
     pods.sort_by(|a, b| {
         // A pod without a creation time sorts first, as Go's zero time does.
         (a.created, &a.namespace, &a.name).cmp(&(b.created, &b.namespace, &b.name))
@@ -140,9 +149,14 @@ pub type Served = BTreeSet<(String, String)>;
 /// The container a call for `size` devices belongs to (rule 3): indices into `pods` (in admission
 /// order) and into that pod's containers. `current` is the UID of the pod the previous call
 /// belonged to.
-pub fn attribute(pods: &[PendingPod], served: &Served, current: Option<&str>, size: usize) -> Option<(usize, usize)> {
+pub fn attribute<T>(
+    pods: &[PendingPod<T>],
+    served: &Served,
+    current: Option<&str>,
+    size: usize,
+) -> Option<(usize, usize)> {
     let next_unserved =
-        |p: &PendingPod| p.containers.iter().position(|c| !served.contains(&(p.uid.clone(), c.name.clone())));
+        |p: &PendingPod<T>| p.containers.iter().position(|c| !served.contains(&(p.uid.clone(), c.name.clone())));
     let matches = |i: usize| {
         let p = &pods[i];
         next_unserved(p).filter(|&c| p.containers[c].count == size).map(|c| (i, c))
@@ -155,7 +169,7 @@ pub fn attribute(pods: &[PendingPod], served: &Served, current: Option<&str>, si
 mod tests {
     use super::*;
 
-    fn pod(uid: &str, created: i64, containers: &[(&str, Stage, usize)]) -> PendingPod {
+    fn pod(uid: &str, created: i64, containers: &[(&str, Stage, usize)]) -> PendingPod<()> {
         PendingPod {
             uid: uid.into(),
             namespace: "ns".into(),
@@ -224,25 +238,38 @@ mod tests {
         serde_json::from_value(json).expect("a pod")
     }
 
+    /// A decision reader as a device plugin writes one: the annotation `example.com/decision`
+    /// holds `<node>=<ids>`.
+    fn read(node: &'static str) -> impl FnOnce(&Pod) -> Recorded<String> {
+        move |pod| match pod.metadata.annotations.as_ref().and_then(|a| a.get("example.com/decision")) {
+            None => Recorded::None,
+            Some(v) => match v.split_once('=') {
+                Some((n, ids)) if n == node => Recorded::ForThisNode(ids.to_string()),
+                Some((n, _)) => Recorded::OtherNode(n.to_string()),
+                None => Recorded::Unreadable(format!("'{v}' has no '='")),
+            },
+        }
+    }
+
     #[test]
     fn a_pod_reads_its_device_containers_and_decision() {
-        let decision = r#"{"node":"n1","gpus":[2,3],"decidedAt":"2026-11-25T10:00:00Z","by":"weft-extender"}"#;
+        let decision = "n1=2,3";
         let p = api_pod(serde_json::json!({
             "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "creationTimestamp": "2026-11-25T10:00:00Z",
-                         "annotations": {"weft.io/gpu-decision": decision}},
+                         "annotations": {"example.com/decision": decision}},
             "spec": {
                 "initContainers": [{"name": "fetch", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
                                    {"name": "side", "restartPolicy": "Always"}],
                 "containers": [{"name": "cpu-only"}, {"name": "main", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]
             }
         }));
-        let seen = PendingPod::of(&p, "nvidia.com/gpu", "n1").expect("readable").expect("asks for GPUs");
+        let seen = PendingPod::of(&p, "nvidia.com/gpu", read("n1")).expect("readable").expect("asks for GPUs");
         let names: Vec<_> = seen.containers.iter().map(|c| (c.name.as_str(), c.stage, c.count)).collect();
         assert_eq!(names, [("fetch", Stage::Init, 1), ("main", Stage::App, 2)]);
-        assert_eq!(seen.decision, Recorded::ForThisNode(vec![2, 3]));
-        let elsewhere = PendingPod::of(&p, "nvidia.com/gpu", "n2").expect("readable").expect("asks");
+        assert_eq!(seen.decision, Recorded::ForThisNode("2,3".to_string()));
+        let elsewhere = PendingPod::of(&p, "nvidia.com/gpu", read("n2")).expect("readable").expect("asks");
         assert_eq!(elsewhere.decision, Recorded::OtherNode("n1".into()));
-        assert_eq!(PendingPod::of(&p, "example.com/vf", "n1"), Ok(None));
+        assert_eq!(PendingPod::of(&p, "example.com/vf", read("n1")), Ok(None));
     }
 
     #[test]
@@ -252,12 +279,12 @@ mod tests {
             "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
             "status": {"phase": "Succeeded"}
         }));
-        assert_eq!(PendingPod::of(&done, "nvidia.com/gpu", "n1"), Ok(None));
+        assert_eq!(PendingPod::of(&done, "nvidia.com/gpu", read("n1")), Ok(None));
         let bad = api_pod(serde_json::json!({
             "metadata": {"name": "p", "namespace": "ns"},
             "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "500m"}}}]}
         }));
-        let e = PendingPod::of(&bad, "nvidia.com/gpu", "n1").unwrap_err();
+        let e = PendingPod::of(&bad, "nvidia.com/gpu", read("n1")).unwrap_err();
         assert!(e.contains("pod ns/p") && e.contains("container 'c'") && e.contains("500m"), "{e}");
     }
 }

@@ -14,6 +14,7 @@
 //! The message and service definitions are weft's own (`proto/deviceplugin_v1beta1.proto`), written
 //! from the API's published field numbers and compiled with protox, so no protoc is needed.
 
+pub mod handshake;
 pub mod plugin;
 pub mod podresources;
 pub mod server;

@@ -56,6 +56,21 @@ pub fn devices_of(pods: &[api::PodResources], resource: &str) -> BTreeMap<Contai
     held
 }
 
+/// What the kubelet says each container holds: PodResources `List` in production
+/// ([`PodResourcesClient`]), a fake in tests.
+#[async_trait::async_trait]
+pub trait AssignedDevices: Send + Sync + 'static {
+    /// The kubelet's PodResources list.
+    async fn list(&self) -> Result<Vec<api::PodResources>, String>;
+}
+
+#[async_trait::async_trait]
+impl AssignedDevices for PodResourcesClient {
+    async fn list(&self) -> Result<Vec<api::PodResources>, String> {
+        PodResourcesClient::list(self).await
+    }
+}
+
 /// The kubelet's PodResources API on its unix socket: one connection, made on first use and
 /// dialled afresh after a failed call (a restarted kubelet serves a new socket).
 pub struct PodResourcesClient {

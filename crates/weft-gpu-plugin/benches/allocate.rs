@@ -22,9 +22,9 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use weft_deviceplugin::api;
-use weft_gpu_plugin::{
-    AssignedDevices, DeviceListStrategy, GpuInventory, GpuPlugin, GpuPluginConfig, KubeletPodResources, NodePods,
-};
+use weft_deviceplugin::handshake::NodePods;
+use weft_deviceplugin::podresources::{AssignedDevices, PodResourcesClient};
+use weft_gpu_plugin::{DeviceListStrategy, GpuInventory, GpuPlugin, GpuPluginConfig};
 use weft_kubelet_harness::TestKubelet;
 use weft_topology::NodeTopology;
 
@@ -101,7 +101,7 @@ impl Bench {
         let (kubelet, plugin, client) = runtime.block_on(async {
             let kubelet = TestKubelet::start_with_pod_resources(&plugins, &socket).await;
             let cfg = GpuPluginConfig { resource: GPU.into(), node: NODE.into(), strategy: DeviceListStrategy::Envvar };
-            let assigned: Arc<dyn AssignedDevices> = Arc::new(KubeletPodResources::new(socket.clone()));
+            let assigned: Arc<dyn AssignedDevices> = Arc::new(PodResourcesClient::new(socket.clone()));
             let plugin = Arc::new(GpuPlugin::new(cfg, inventory, Arc::new(Pods(pods(size, decision))), assigned));
             tokio::spawn(weft_deviceplugin::serve(
                 plugin.clone(),

@@ -12,11 +12,10 @@
 //! GPU health comes from NVML events ([`health`], feature `nvml`).
 
 pub mod choice;
-pub mod handshake;
 pub mod health;
 pub mod inventory;
 pub mod plugin;
 pub mod writeback;
 
 pub use inventory::{GpuDevice, GpuInventory};
-pub use plugin::{AssignedDevices, DeviceListStrategy, GpuPlugin, GpuPluginConfig, KubeletPodResources, NodePods};
+pub use plugin::{DeviceListStrategy, GpuPlugin, GpuPluginConfig};

@@ -9,49 +9,32 @@
 //!   the write-back ([`crate::writeback`]) can be told at once.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::{Notify, watch};
 use tonic::Status;
-use weft_deviceplugin::podresources::{self, ContainerKey};
+use weft_deviceplugin::podresources::{self, AssignedDevices, ContainerKey};
 use weft_deviceplugin::{DeviceSource, api};
+use weft_record::decision::{GPU_DECISION_ANNOTATION, GpuDecision};
 use weft_record::usage::format_gpu_ids;
 
 use crate::choice::{Basis, choose};
-use crate::handshake::{PendingPod, Recorded, Served, admission_order, attribute};
 use crate::inventory::GpuInventory;
+use weft_deviceplugin::handshake::{NodePods, PendingPod, Recorded, Served, admission_order, attribute};
 
-/// The pods the kubelet knows on this node (its `/pods` list in production).
-#[async_trait]
-pub trait NodePods: Send + Sync + 'static {
-    /// The pods, as the kubelet has them.
-    async fn pods(&self) -> Result<Vec<Pod>, String>;
-}
+/// A pending pod with its recorded GPU set.
+pub type GpuPod = PendingPod<Vec<usize>>;
 
-/// What the kubelet says each container holds (PodResources `List` in production).
-#[async_trait]
-pub trait AssignedDevices: Send + Sync + 'static {
-    /// The kubelet's PodResources list.
-    async fn list(&self) -> Result<Vec<podresources::api::PodResources>, String>;
-}
-
-/// The kubelet's PodResources socket.
-pub struct KubeletPodResources(podresources::PodResourcesClient);
-
-impl KubeletPodResources {
-    /// The API on the socket at `socket`.
-    pub fn new(socket: impl Into<PathBuf>) -> KubeletPodResources {
-        KubeletPodResources(podresources::PodResourcesClient::new(socket))
-    }
-}
-
-#[async_trait]
-impl AssignedDevices for KubeletPodResources {
-    async fn list(&self) -> Result<Vec<podresources::api::PodResources>, String> {
-        self.0.list().await
+/// What `weft.io/gpu-decision` says for `node`.
+pub fn recorded_gpus(pod: &Pod, node: &str) -> Recorded<Vec<usize>> {
+    let annotation = pod.metadata.annotations.as_ref().and_then(|a| a.get(GPU_DECISION_ANNOTATION));
+    match annotation.map(|v| GpuDecision::from_annotation(v)) {
+        None => Recorded::None,
+        Some(Err(e)) => Recorded::Unreadable(e),
+        Some(Ok(d)) if d.node == node => Recorded::ForThisNode(d.gpus),
+        Some(Ok(d)) => Recorded::OtherNode(d.node),
     }
 }
 
@@ -111,7 +94,7 @@ struct State {
     /// The pod the last call belonged to.
     current: Option<String>,
     /// The container the last GetPreferredAllocation was for, and its size.
-    pending: Option<(PendingPod, usize, usize)>,
+    pending: Option<(GpuPod, usize, usize)>,
     /// Containers answered, by (pod UID, container name), until PodResources lists them.
     ledger: BTreeMap<(String, String), Grant>,
     /// Allocations the handshake could not place on a pod, oldest first (for the write-back).
@@ -209,7 +192,7 @@ impl GpuPlugin {
 
     /// The pods in admission order, the containers already served, and the GPUs the kubelet lists
     /// for each pod's running containers (by pod UID); read before the lock.
-    async fn candidates(&self) -> (Vec<PendingPod>, Served, HashMap<String, Vec<usize>>) {
+    async fn candidates(&self) -> (Vec<GpuPod>, Served, HashMap<String, Vec<usize>>) {
         let pods = match self.pods.pods().await {
             Ok(p) => p,
             Err(e) => {
@@ -217,9 +200,9 @@ impl GpuPlugin {
                 Vec::new()
             }
         };
-        let mut pending: Vec<PendingPod> = pods
+        let mut pending: Vec<GpuPod> = pods
             .iter()
-            .filter_map(|p| match PendingPod::of(p, &self.cfg.resource, &self.cfg.node) {
+            .filter_map(|p| match PendingPod::of(p, &self.cfg.resource, |p| recorded_gpus(p, &self.cfg.node)) {
                 Ok(seen) => seen,
                 Err(e) => {
                     tracing::warn!(error = %e, "pod left out of the handshake");
@@ -249,18 +232,13 @@ impl GpuPlugin {
         (pending, served, listed)
     }
 
-    fn attribute_locked(
-        state: &State,
-        pods: &[PendingPod],
-        served: &Served,
-        size: usize,
-    ) -> Option<(PendingPod, usize)> {
+    fn attribute_locked(state: &State, pods: &[GpuPod], served: &Served, size: usize) -> Option<(GpuPod, usize)> {
         let mut served = served.clone();
         served.extend(state.ledger.keys().cloned());
         attribute(pods, &served, state.current.as_deref(), size).map(|(p, c)| (pods[p].clone(), c))
     }
 
-    fn record(&self, found: Option<(PendingPod, usize)>, gpus: Vec<usize>) {
+    fn record(&self, found: Option<(GpuPod, usize)>, gpus: Vec<usize>) {
         let mut state = self.state();
         state.pending = None;
         match found {

@@ -14,12 +14,12 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
+use weft_deviceplugin::handshake::NodePods;
+use weft_deviceplugin::podresources::{AssignedDevices, PodResourcesClient};
 use weft_deviceplugin::{PluginOptions, serve};
 use weft_gpu_plugin::plugin::{CDI_KIND, VISIBLE_DEVICES_ENV};
 use weft_gpu_plugin::writeback::{PodAnnotator, reconcile_once};
-use weft_gpu_plugin::{
-    AssignedDevices, DeviceListStrategy, GpuInventory, GpuPlugin, GpuPluginConfig, KubeletPodResources, NodePods,
-};
+use weft_gpu_plugin::{DeviceListStrategy, GpuInventory, GpuPlugin, GpuPluginConfig};
 use weft_kubelet_harness::{Allocation, PodList, TestKubelet};
 use weft_topology::NodeTopology;
 
@@ -106,7 +106,7 @@ impl Node {
 
 fn new_plugin(kubelet: &TestKubelet, socket: &std::path::Path, strategy: DeviceListStrategy) -> GpuPlugin {
     let cfg = GpuPluginConfig { resource: GPU.into(), node: NODE.into(), strategy };
-    let assigned: Arc<dyn AssignedDevices> = Arc::new(KubeletPodResources::new(socket.to_path_buf()));
+    let assigned: Arc<dyn AssignedDevices> = Arc::new(PodResourcesClient::new(socket.to_path_buf()));
     GpuPlugin::new(cfg, GpuInventory::new(&topology()).unwrap(), Arc::new(KubeletPods(kubelet.pods())), assigned)
 }
 

@@ -22,8 +22,10 @@ use weft_agent::pod::SysfsLocator;
 use weft_agent::policy::TopologyPolicy;
 use weft_agent::service::{self, Mode, ServiceConfig};
 use weft_deviceplugin::PluginOptions as DevicePluginOptions;
+use weft_deviceplugin::handshake::NodePods;
+use weft_deviceplugin::podresources::PodResourcesClient;
 use weft_gpu_plugin::writeback::KubeAnnotator;
-use weft_gpu_plugin::{DeviceListStrategy, GpuInventory, GpuPlugin, GpuPluginConfig, KubeletPodResources, NodePods};
+use weft_gpu_plugin::{DeviceListStrategy, GpuInventory, GpuPlugin, GpuPluginConfig};
 use weft_kube::write::RetryPolicy;
 use weft_nri::plugin::PluginOptions;
 use weft_record::node_agent::{Discover, PublisherConfig, PublisherMetrics, keep_topology_published};
@@ -223,7 +225,7 @@ fn gpu_plugin(a: &AgentArgs, topology: &NodeTopology) -> anyhow::Result<Arc<GpuP
         strategy: a.gpu.gpu_device_list_strategy,
     };
     let pods = Arc::new(KubeletPods(Arc::new(kubelet_client(&a.orm)?)));
-    let assigned = Arc::new(KubeletPodResources::new(a.gpu.pod_resources_socket.clone()));
+    let assigned = Arc::new(PodResourcesClient::new(a.gpu.pod_resources_socket.clone()));
     Ok(Arc::new(GpuPlugin::new(cfg, inventory, pods, assigned)))
 }
 

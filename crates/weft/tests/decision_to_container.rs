@@ -25,12 +25,12 @@ use weft_agent::orm::{OrmConfig, ResourceManager};
 use weft_agent::pod::DeviceLocator;
 use weft_agent::policy::TopologyPolicy;
 use weft_deviceplugin::PluginOptions;
+use weft_deviceplugin::handshake::NodePods;
+use weft_deviceplugin::podresources::{AssignedDevices, PodResourcesClient};
 use weft_extender::{ExtenderConfig, ExtenderState, KubeClusterView, KubePodBinder};
 use weft_fakeapi::FakeApiServer;
 use weft_gpu_plugin::writeback::KubeAnnotator;
-use weft_gpu_plugin::{
-    AssignedDevices, DeviceListStrategy, GpuInventory, GpuPlugin, GpuPluginConfig, KubeletPodResources, NodePods,
-};
+use weft_gpu_plugin::{DeviceListStrategy, GpuInventory, GpuPlugin, GpuPluginConfig};
 use weft_kubelet_harness::{PodList, TestKubelet};
 use weft_nri::api;
 use weft_nri::plugin::{self, PluginOptions as NriOptions, RuntimeHandle, SocketSource};
@@ -112,7 +112,7 @@ struct GpuAgent {
 impl GpuAgent {
     fn start(kubelet: &TestKubelet, dirs: &Dirs, api: &FakeApiServer, write_back: bool) -> GpuAgent {
         let cfg = GpuPluginConfig { resource: GPU.into(), node: NODE.into(), strategy: DeviceListStrategy::Envvar };
-        let assigned: Arc<dyn AssignedDevices> = Arc::new(KubeletPodResources::new(dirs.pod_resources.clone()));
+        let assigned: Arc<dyn AssignedDevices> = Arc::new(PodResourcesClient::new(dirs.pod_resources.clone()));
         let plugin = Arc::new(GpuPlugin::new(
             cfg,
             GpuInventory::new(&topology()).unwrap(),
