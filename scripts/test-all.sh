@@ -9,7 +9,7 @@ log() { printf '\n==> %s\n' "$*"; }
 
 # System packages the tests need. The GPU topology engine needs none; later subsystems add theirs here
 # (etcd-server, nats-server, containernetworking-plugins, iproute2).
-NEEDED_DEBS=()
+NEEDED_DEBS=(containernetworking-plugins iproute2)
 if [ "${#NEEDED_DEBS[@]}" -gt 0 ]; then
   missing=()
   for p in "${NEEDED_DEBS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
@@ -36,7 +36,7 @@ cargo fmt --all --check
 log "cargo clippy (workspace, all targets, NVML feature on)"
 cargo clippy --workspace --all-targets --features weft/nvml --locked -- -D warnings
 
-log "deploy manifests (hadolint, yamllint, kustomize render, Kubernetes 1.34 schema validation)"
+log "deploy manifests (hadolint, yamllint, kustomize and Helm renders, Kubernetes 1.34 schema validation, chart = kustomize)"
 bash scripts/lint-deploy.sh
 
 log "cargo test (workspace)"
