@@ -284,7 +284,7 @@ impl<'a, P: PfControl> Plugin<'a, P> {
             }
             self.state.remove_pci_record(pci)?;
         }
-        let host_name = vf.netdev.clone().ok_or_else(|| {
+        let host_name = vf.function.netdev.clone().ok_or_else(|| {
             CniError::new(
                 code::VF_UNUSABLE,
                 format!("VF {pci} has no netdev in the host network namespace (bound to a userspace driver such as vfio-pci, or held in another namespace)"),
@@ -308,7 +308,7 @@ impl<'a, P: PfControl> Plugin<'a, P> {
             vf_index: vf.index,
             pf_pci: vf.pf_pci_address.clone(),
             pf_netdev,
-            rdma: vf.rdma_device.clone(),
+            rdma: vf.function.rdma_device.clone(),
             host_index: link.index,
             original: OriginalState { host_ifname: host_name, mac: link.mac, mtu: link.mtu, up: link.up, pf: None },
         };
@@ -591,7 +591,7 @@ impl<'a, P: PfControl> Plugin<'a, P> {
     async fn rename_back(&self, vf: &AttachedVf) {
         let root = SysfsRoot::new(&self.conf.sysfs_root);
         let Ok((now, _)) = read_vf(&root, &vf.pci_address) else { return };
-        let Some(name) = now.netdev else { return };
+        let Some(name) = now.function.netdev else { return };
         if let Ok(Some(l)) = self.host.get(&name).await
             && let Err(e) = self.host_restore(l.index, &name, &vf.original).await
         {

@@ -26,7 +26,7 @@ pub use gpu::{
 #[cfg(feature = "nvml")]
 pub use nvml::NvmlLib;
 pub use pci::{PciPath, normalize_pci_bus_id};
-pub use sriov::{LinkInfo, PhysicalFunction, SriovInventory, VirtualFunction, read_sriov, read_vf};
+pub use sriov::{LinkInfo, PciFunction, PhysicalFunction, SriovInventory, VirtualFunction, read_sriov, read_vf};
 pub use sysfs::{
     DiscoveredNic, PciDeviceInfo, SysfsRoot, read_boot_id, read_cpu_layout, read_cpu_topology, read_hostname,
     read_nics, read_pci_device,

@@ -51,23 +51,6 @@ fn every_crd_has_a_committed_manifest() {
     }
 }
 
-/// The Helm chart installs the CRDs from its own `crds/`: the same bytes as the base's.
-#[test]
-fn the_helm_chart_carries_the_same_crds() {
-    for c in crd::all() {
-        let name = format!("{}.yaml", crd::crd_name(&c));
-        let base = std::fs::read_to_string(repo_path(&format!("deploy/base/crds/{name}"))).unwrap_or_default();
-        let chart_rel = format!("deploy/charts/weft/crds/{name}");
-        let chart = std::fs::read_to_string(repo_path(&chart_rel)).unwrap_or_default();
-        assert!(
-            !base.is_empty() && chart == base,
-            "{chart_rel} differs from deploy/base/crds/{name} (first difference at line {}): copy it with\n    \
-             cp deploy/base/crds/{name} {chart_rel}",
-            first_differing_line(&chart, &base)
-        );
-    }
-}
-
 #[test]
 fn check_accepts_the_committed_file() {
     let path = repo_path(NUMANETWORK_FILE);

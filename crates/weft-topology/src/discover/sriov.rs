@@ -45,6 +45,31 @@ impl LinkInfo {
     }
 }
 
+/// What sysfs says of any network PCI function, PF or VF.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PciFunction {
+    /// The netdev, while it is in this network namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netdev: Option<String>,
+    /// The bound driver (`mlx5_core`, `iavf`, `vfio-pci`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver: Option<String>,
+    /// The RDMA device (`mlx5_4`), when the function has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rdma_device: Option<String>,
+    /// NUMA node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa_node: Option<u32>,
+    /// Where it sits in the PCI tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci_path: Option<PciPath>,
+    /// Its netdev's link, when the netdev is here (a PF's link state is its VFs' health: a VF
+    /// of a PF whose link is down carries nothing).
+    #[serde(default)]
+    pub link: LinkInfo,
+}
+
 /// One virtual function.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -55,24 +80,9 @@ pub struct VirtualFunction {
     pub pci_address: String,
     /// The PF's PCI address.
     pub pf_pci_address: String,
-    /// The netdev, while it is in this network namespace.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub netdev: Option<String>,
-    /// The bound driver (`mlx5_core`, `iavf`, `vfio-pci`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub driver: Option<String>,
-    /// The RDMA device (`mlx5_4`), when the VF has one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rdma_device: Option<String>,
-    /// NUMA node.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub numa_node: Option<u32>,
-    /// Where it sits in the PCI tree.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pci_path: Option<PciPath>,
-    /// Its netdev's link, when the netdev is here.
-    #[serde(default)]
-    pub link: LinkInfo,
+    /// Netdev, driver, RDMA device, NUMA node, PCI path, link.
+    #[serde(flatten)]
+    pub function: PciFunction,
 }
 
 /// One physical function with SR-IOV enabled.
@@ -81,26 +91,11 @@ pub struct VirtualFunction {
 pub struct PhysicalFunction {
     /// PCI address.
     pub pci_address: String,
-    /// The PF's netdev (`ens1f0`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub netdev: Option<String>,
-    /// The bound driver.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub driver: Option<String>,
-    /// The RDMA device, when the PF has one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rdma_device: Option<String>,
-    /// NUMA node.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub numa_node: Option<u32>,
-    /// Where it sits in the PCI tree.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pci_path: Option<PciPath>,
+    /// Netdev (`ens1f0`), driver, RDMA device, NUMA node, PCI path, link.
+    #[serde(flatten)]
+    pub function: PciFunction,
     /// `sriov_totalvfs`.
     pub total_vfs: u32,
-    /// The PF's link (its state is the VFs' health: a VF of a PF whose link is down carries nothing).
-    #[serde(default)]
-    pub link: LinkInfo,
     /// Its VFs, by index.
     pub vfs: Vec<VirtualFunction>,
 }
@@ -126,7 +121,9 @@ impl SriovInventory {
     /// The PF named by `name`: its netdev name or its PCI address.
     pub fn pf(&self, name: &str) -> Option<&PhysicalFunction> {
         let bus = normalize_pci_bus_id(name);
-        self.pfs.iter().find(|pf| pf.netdev.as_deref() == Some(name) || bus.as_deref() == Some(&pf.pci_address))
+        self.pfs
+            .iter()
+            .find(|pf| pf.function.netdev.as_deref() == Some(name) || bus.as_deref() == Some(&pf.pci_address))
     }
 }
 
@@ -156,19 +153,10 @@ fn read_link_info(dev: &Path, netdev: Option<&str>, notes: &mut Vec<String>) -> 
     }
 }
 
-struct Function {
-    netdev: Option<String>,
-    driver: Option<String>,
-    rdma_device: Option<String>,
-    numa_node: Option<u32>,
-    pci_path: Option<PciPath>,
-    link: LinkInfo,
-}
-
-fn read_function(dev: &Path, notes: &mut Vec<String>) -> Function {
+fn read_function(dev: &Path, notes: &mut Vec<String>) -> PciFunction {
     let netdev = list_dir(&dev.join("net"), notes).into_iter().next();
     let link = read_link_info(dev, netdev.as_deref(), notes);
-    Function {
+    PciFunction {
         driver: link_name(&dev.join("driver")),
         rdma_device: list_dir(&dev.join("infiniband"), notes).into_iter().next(),
         numa_node: read_numa_node(&dev.join("numa_node"), notes),
@@ -178,33 +166,29 @@ fn read_function(dev: &Path, notes: &mut Vec<String>) -> Function {
     }
 }
 
-/// The VFs of the PF whose device directory is `dev`, by index.
-fn read_vfs(dev: &Path, pf_bus: &str, notes: &mut Vec<String>) -> Vec<VirtualFunction> {
-    let mut vfs = Vec::new();
+/// The `virtfn<N>` links of the PF whose device directory is `dev`: (index, VF PCI address), by
+/// index. Reads links only, no VF's files.
+fn virtfn_links(dev: &Path, notes: &mut Vec<String>) -> Vec<(u32, String)> {
+    let mut links = Vec::new();
     for entry in list_dir(dev, notes) {
         let Some(index) = entry.strip_prefix("virtfn").and_then(|n| n.parse::<u32>().ok()) else { continue };
-        let Some(bus) = link_name(&dev.join(&entry)).and_then(|b| normalize_pci_bus_id(&b)) else {
-            notes.push(format!("ignored {}: not a link to a PCI function", dev.join(&entry).display()));
-            continue;
-        };
-        let f = read_function(&dev.join(&entry), notes);
-        vfs.push(VirtualFunction {
-            index,
-            pci_address: bus,
-            pf_pci_address: pf_bus.to_string(),
-            netdev: f.netdev,
-            driver: f.driver,
-            rdma_device: f.rdma_device,
-            numa_node: f.numa_node,
-            pci_path: f.pci_path,
-            link: f.link,
-        });
+        match link_name(&dev.join(&entry)).and_then(|b| normalize_pci_bus_id(&b)) {
+            Some(bus) => links.push((index, bus)),
+            None => notes.push(format!("ignored {}: not a link to a PCI function", dev.join(&entry).display())),
+        }
     }
-    vfs.sort_by_key(|vf| vf.index);
-    vfs
+    links.sort_by_key(|(index, _)| *index);
+    links
 }
 
-/// Read every PF that has VFs enabled (`sriov_numvfs` > 0 or `virtfn` links), with its VFs.
+/// VF `index` at `bus` of the PF at `pf_bus`, whose device directory is `pf_dev`.
+fn read_vf_at(pf_dev: &Path, pf_bus: &str, index: u32, bus: String, notes: &mut Vec<String>) -> VirtualFunction {
+    let function = read_function(&pf_dev.join(format!("virtfn{index}")), notes);
+    VirtualFunction { index, pci_address: bus, pf_pci_address: pf_bus.to_string(), function }
+}
+
+/// Read every PF that has VFs enabled (`sriov_totalvfs` and at least one `virtfn` link), with
+/// its VFs.
 /// Unreadable or odd files are skipped with a note, as everywhere in discovery.
 pub fn read_sriov(root: &SysfsRoot, notes: &mut Vec<String>) -> SriovInventory {
     let devices = root.join("sys/bus/pci/devices");
@@ -213,22 +197,13 @@ pub fn read_sriov(root: &SysfsRoot, notes: &mut Vec<String>) -> SriovInventory {
         let Some(bus) = normalize_pci_bus_id(&name) else { continue };
         let dev = devices.join(&name);
         let Some(total_vfs) = read_u32(&dev.join("sriov_totalvfs"), notes) else { continue };
-        let vfs = read_vfs(&dev, &bus, notes);
-        if vfs.is_empty() {
+        let links = virtfn_links(&dev, notes);
+        if links.is_empty() {
             continue;
         }
-        let f = read_function(&dev, notes);
-        pfs.push(PhysicalFunction {
-            pci_address: bus,
-            netdev: f.netdev,
-            driver: f.driver,
-            rdma_device: f.rdma_device,
-            numa_node: f.numa_node,
-            pci_path: f.pci_path,
-            total_vfs,
-            link: f.link,
-            vfs,
-        });
+        let vfs = links.into_iter().map(|(index, vf_bus)| read_vf_at(&dev, &bus, index, vf_bus, notes)).collect();
+        let function = read_function(&dev, notes);
+        pfs.push(PhysicalFunction { pci_address: bus, function, total_vfs, vfs });
     }
     pfs.sort_by(|a, b| a.pci_address.cmp(&b.pci_address));
     SriovInventory { pfs }
@@ -248,10 +223,11 @@ pub fn read_vf(root: &SysfsRoot, pci_address: &str) -> Result<(VirtualFunction, 
         .ok_or_else(|| TopologyError::Invalid(format!("PCI device {bus} is not an SR-IOV VF (no physfn link)")))?;
     let pf_dev = root.join(&format!("sys/bus/pci/devices/{pf_bus}"));
     let mut notes = Vec::new();
-    let vf = read_vfs(&pf_dev, &pf_bus, &mut notes)
+    let (index, _) = virtfn_links(&pf_dev, &mut notes)
         .into_iter()
-        .find(|vf| vf.pci_address == bus)
+        .find(|(_, vf_bus)| *vf_bus == bus)
         .ok_or_else(|| TopologyError::Invalid(format!("PF {pf_bus} lists no virtfn link to {bus}")))?;
+    let vf = read_vf_at(&pf_dev, &pf_bus, index, bus, &mut notes);
     let pf_netdev = list_dir(&pf_dev.join("net"), &mut notes).into_iter().next();
     Ok((vf, pf_netdev))
 }
@@ -278,27 +254,27 @@ mod tests {
         assert!(notes.is_empty(), "{notes:?}");
         assert_eq!(inv.pfs.len(), 1);
         let pf = &inv.pfs[0];
-        assert_eq!(pf.netdev.as_deref(), Some("ens1f0"));
-        assert_eq!(pf.rdma_device.as_deref(), Some("mlx5_0"));
-        assert_eq!(pf.numa_node, Some(1));
+        assert_eq!(pf.function.netdev.as_deref(), Some("ens1f0"));
+        assert_eq!(pf.function.rdma_device.as_deref(), Some("mlx5_0"));
+        assert_eq!(pf.function.numa_node, Some(1));
         assert_eq!(pf.total_vfs, 8);
-        assert_eq!(pf.link.speed_mbps, Some(100_000));
-        assert!(!pf.link.is_down());
+        assert_eq!(pf.function.link.speed_mbps, Some(100_000));
+        assert!(!pf.function.link.is_down());
         assert_eq!(
-            pf.pci_path.as_ref().unwrap().chain,
+            pf.function.pci_path.as_ref().unwrap().chain,
             ["0000:00:02.0", "0000:3a:00.0", "0000:3a:01.0", "0000:3b:00.0"]
         );
         let idx: Vec<u32> = pf.vfs.iter().map(|v| v.index).collect();
         assert_eq!(idx, [0, 1]);
         assert_eq!(pf.vfs[0].pci_address, "0000:3b:00.2");
-        assert!(pf.vfs[0].link.is_down());
-        assert_eq!(pf.vfs[1].rdma_device.as_deref(), Some("mlx5_3"));
-        assert_eq!(pf.vfs[1].driver.as_deref(), Some("mlx5_core"));
-        assert_eq!(pf.vfs[1].numa_node, Some(1));
-        assert_eq!(pf.vfs[1].pci_path.as_ref().unwrap().root, "pci0000:00");
+        assert!(pf.vfs[0].function.link.is_down());
+        assert_eq!(pf.vfs[1].function.rdma_device.as_deref(), Some("mlx5_3"));
+        assert_eq!(pf.vfs[1].function.driver.as_deref(), Some("mlx5_core"));
+        assert_eq!(pf.vfs[1].function.numa_node, Some(1));
+        assert_eq!(pf.vfs[1].function.pci_path.as_ref().unwrap().root, "pci0000:00");
         assert_eq!(inv.vf("0000:3b:00.3").unwrap().0.pci_address, "0000:3b:00.0");
         assert_eq!(inv.pf("ens1f0").unwrap().pci_address, "0000:3b:00.0");
-        assert_eq!(inv.pf("3b:00.0").unwrap().netdev.as_deref(), Some("ens1f0"));
+        assert_eq!(inv.pf("3b:00.0").unwrap().function.netdev.as_deref(), Some("ens1f0"));
     }
 
     #[test]
@@ -308,7 +284,10 @@ mod tests {
         tree.pf("0000:3b:00.0", &["0000:00:02.0"], "ens1f0", 0);
         tree.vf("0000:3b:00.0", 5, "0000:3b:00.7", Some("ens1f0v5"));
         let (vf, pf_netdev) = read_vf(&tree.root(), "3b:00.7").unwrap();
-        assert_eq!((vf.index, vf.netdev.as_deref(), pf_netdev.as_deref()), (5, Some("ens1f0v5"), Some("ens1f0")));
+        assert_eq!(
+            (vf.index, vf.function.netdev.as_deref(), pf_netdev.as_deref()),
+            (5, Some("ens1f0v5"), Some("ens1f0"))
+        );
         let err = read_vf(&tree.root(), "0000:3b:00.0").unwrap_err().to_string();
         assert!(err.contains("0000:3b:00.0 is not an SR-IOV VF"), "{err}");
         let err = read_vf(&tree.root(), "0000:99:00.0").unwrap_err().to_string();
