@@ -5,7 +5,9 @@
 //!
 //! Seed 002 wanted a dict keyed by interface name rather than a list "for finer control over
 //! interface naming"; Kuryr stored it as `openstack.org/kuryr-vif`. weft keeps the dict (a JSON
-//! object ordered by name) and writes network-status beside it.
+//! object ordered by name) and writes network-status beside it, with the field names and
+//! omissions of network-attachment-definition-client's Go types (`NetworkStatus`, `DeviceInfo`,
+//! `PciDevice`, device-info version `1.1.0`), checked against that source.
 
 use std::collections::BTreeMap;
 
@@ -78,8 +80,9 @@ pub struct NetworkStatus {
     /// MTU.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mtu: Option<u32>,
-    /// Whether this is the cluster's default network (never for a VF).
-    #[serde(default)]
+    /// Whether this is the cluster's default network (never for a VF). Left out when false, as
+    /// the upstream Go type's `omitempty` does.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub default: bool,
     /// Gateways.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -224,7 +227,8 @@ mod tests {
         assert_eq!(e["name"], "default/physnet2");
         assert_eq!(e["interface"], "net1");
         assert_eq!(e["ips"], serde_json::json!(["10.56.0.7"]));
-        assert_eq!(e["default"], false);
+        // network-attachment-definition-client's NetworkStatus: `json:"default,omitempty"`.
+        assert!(e.get("default").is_none(), "{e}");
         assert_eq!(e["device-info"]["type"], "pci");
         assert_eq!(e["device-info"]["version"], "1.1.0");
         assert_eq!(e["device-info"]["pci"]["pci-address"], "0000:3b:00.3");
