@@ -17,10 +17,8 @@ use weft_topology::discover::FakeSriovTree;
 pub const BIN: &str = env!("CARGO_BIN_EXE_weft-cni");
 /// Where Debian's containernetworking-plugins put the plugins.
 pub const CNI_BIN_DIR: &str = "/usr/lib/cni";
-/// The PF every fake VF hangs off.
-pub const PF_PCI: &str = "0000:3b:00.0";
-
 static COUNTER: AtomicU32 = AtomicU32::new(0);
+static BUS: AtomicU32 = AtomicU32::new(0);
 
 /// A name unique to this process and call: `<prefix><pid><n>`, at most 15 characters.
 pub fn unique(prefix: &str) -> String {
@@ -243,15 +241,23 @@ pub struct Node {
 impl Node {
     /// A node with `n` VFs on one PF whose netdev is `pf_netdev` (a real link or not, as the test
     /// needs).
+    ///
+    /// Every node gets PCI addresses of its own (domain from the process id, bus from a counter):
+    /// weft-cni names a moving VF after its PCI address, which is unique on a real node, and the
+    /// tests' nodes share the one host network namespace.
     pub fn new(n: u32, pf_netdev: &str) -> Node {
+        assert!(n <= 6, "one PF's functions 2-7 hold at most 6 VFs");
         let dir = tempfile::tempdir().expect("temp dir");
         let tree = FakeSriovTree::new(&dir.path().join("sysfs"));
-        tree.pf(PF_PCI, &["0000:00:02.0"], pf_netdev, 0);
+        let domain = std::process::id() % 0xffff;
+        let bus = BUS.fetch_add(1, Ordering::Relaxed) % 0x100;
+        let pf_pci = format!("{domain:04x}:{bus:02x}:00.0");
+        tree.pf(&pf_pci, &[&format!("{domain:04x}:00:02.0")], pf_netdev, 0);
         let mut vfs = Vec::new();
         for i in 0..n {
             let veth = VethGuard::new("wcv");
-            let pci = format!("0000:3b:00.{}", i + 2);
-            tree.vf(PF_PCI, i, &pci, Some(&veth.name));
+            let pci = format!("{domain:04x}:{bus:02x}:00.{}", i + 2);
+            tree.vf(&pf_pci, i, &pci, Some(&veth.name));
             vfs.push((pci, veth));
         }
         Node { dir, tree, vfs, pf_netdev: pf_netdev.to_string() }
