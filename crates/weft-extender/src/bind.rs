@@ -28,6 +28,7 @@ fn decision_annotations(node: &str, gpus: &[usize]) -> BTreeMap<String, String> 
     let decision = GpuDecision {
         node: node.to_string(),
         gpus: gpus.to_vec(),
+        vfs: BTreeMap::new(),
         decided_at: k8s_openapi::jiff::Timestamp::now()
             .round(k8s_openapi::jiff::Unit::Second)
             .map_or_else(|_| String::new(), |t| t.to_string()),

@@ -15,13 +15,15 @@
 //!   - {name: mlx5_0}
 //! nicLinks:
 //!   - {gpu: 0, nic: mlx5_0, pcie: PXB}
+//! vfs:                       # SR-IOV VFs, by PF, with the physnet each serves
+//!   - {pciAddress: "0000:0c:00.2", nic: mlx5_0, physnet: fabric}
 //! ```
 
 use serde::{Deserialize, Serialize};
 use serde_saphyr::MessageFormatter as _;
 
 use crate::error::TopologyError;
-use crate::model::{CpuTopology, Gpu, Nic, NodeTopology, NvlinkGeneration, PairLink, PcieGeneration, PcieRelation};
+use crate::model::{CpuTopology, Gpu, Nic, NodeTopology, NvlinkGeneration, PairLink, PcieGeneration, PcieRelation, Vf};
 use crate::smi::parse_topo_matrix;
 
 /// The `apiVersion` this build writes and reads.
@@ -60,6 +62,9 @@ pub struct Inventory {
     /// GPU–NIC PCIe relations.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nic_links: Vec<NicLinkEntry>,
+    /// SR-IOV VFs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vfs: Vec<Vf>,
     /// CPU/NUMA layout.
     #[serde(default)]
     pub cpus: CpuTopology,
@@ -120,6 +125,7 @@ impl Inventory {
             links,
             nics: node.nics.clone(),
             nic_links,
+            vfs: node.vfs().to_vec(),
             cpus: node.cpus.clone(),
         }
     }
@@ -198,6 +204,7 @@ impl Inventory {
             nic_links[e.gpu as usize * m + k] = Some(e.pcie);
         }
         let mut node = NodeTopology::new(self.name, self.gpus, self.nics, links, nic_links)?;
+        node.set_vfs(self.vfs)?;
         node.nvlink_generation = self.nvlink_generation.or(node.nvlink_generation);
         node.pcie_generation = self.pcie_generation.map(PcieGeneration).or(node.pcie_generation);
         node.inter_socket_gbps = self.inter_socket_gbps;
@@ -332,6 +339,58 @@ mod tests {
         let yaml = to_yaml(&node).unwrap();
         assert_eq!(detect_format(&yaml), SourceFormat::Yaml, "{yaml}");
         assert_eq!(parse_node(&yaml, "y").unwrap(), node);
+    }
+
+    /// Two GPUs, NIC `a` under GPU0's switch and NIC `b` on the other socket, two VFs on each.
+    fn with_vfs() -> NodeTopology {
+        let text = "\tGPU0\tGPU1\tNIC0\tNIC1\nGPU0\t X \tSYS\tPIX\tSYS\nGPU1\tSYS\t X \tSYS\tPXB\n\
+                    NIC0\tPIX\tSYS\t X \tSYS\nNIC1\tSYS\tPXB\tSYS\t X \n";
+        let mut node = parse_node(text, "t").unwrap();
+        let vf = |pci: &str, nic: &str, physnet: Option<&str>| Vf {
+            pci_address: pci.into(),
+            nic: nic.into(),
+            physnet: physnet.map(Into::into),
+        };
+        let (a, b) = (node.nics[0].name.clone(), node.nics[1].name.clone());
+        node.set_vfs(vec![
+            vf("0000:0c:00.2", &a, Some("fabric")),
+            vf("0000:0c:00.3", &a, Some("fabric")),
+            vf("0000:8c:00.2", &b, Some("fabric")),
+            vf("0000:8c:00.3", &b, None),
+        ])
+        .unwrap();
+        node
+    }
+
+    #[test]
+    fn vfs_round_trip_and_take_their_nics_relations() {
+        let node = with_vfs();
+        assert_eq!(node.vf_nearest(0, &[0]), Some(PcieRelation::Pix));
+        assert_eq!(node.vf_nearest(2, &[0]), Some(PcieRelation::Sys));
+        assert_eq!(node.vf_nearest(2, &[0, 1]), Some(PcieRelation::Pxb), "the nearest of the GPUs");
+        assert_eq!(node.vf_nearest(0, &[]), None);
+        let json = to_json(&node);
+        assert!(json.contains(r#""pciAddress":"0000:0c:00.2""#), "{json}");
+        assert_eq!(parse_node(&json, "j").unwrap(), node);
+        assert_eq!(parse_node(&to_yaml(&node).unwrap(), "y").unwrap(), node);
+        // A node without VFs writes no `vfs` key, so annotations of older agents stay equal.
+        assert!(!to_json(&sample()).contains("vfs"));
+    }
+
+    #[test]
+    fn bad_vfs_are_named() {
+        let node = with_vfs();
+        let mut inv = Inventory::from_node(&node);
+        inv.vfs[1].nic = "mlx5_9".into();
+        let e = inv.into_node().unwrap_err().to_string();
+        assert!(e.contains("vfs[1].nic") && e.contains("mlx5_9"), "{e}");
+        let mut inv = Inventory::from_node(&node);
+        inv.vfs[3].pci_address = "0000:0c:00.2".into();
+        let e = inv.into_node().unwrap_err().to_string();
+        assert!(e.contains("vfs[3].pciAddress") && e.contains("twice"), "{e}");
+        let mut inv = Inventory::from_node(&node);
+        inv.vfs[0].physnet = Some(String::new());
+        assert!(inv.into_node().unwrap_err().to_string().contains("vfs[0].physnet"));
     }
 
     #[test]

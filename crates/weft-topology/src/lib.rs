@@ -20,6 +20,6 @@ pub use error::TopologyError;
 pub use inventory::{Inventory, parse_node, read_node_file};
 pub use model::{
     CpuTopology, Gpu, MAX_PAIR_SCORE, Nic, NodeTopology, NumaNode, NvlinkGeneration, PairLink, PcieGeneration,
-    PcieRelation,
+    PcieRelation, Vf,
 };
 pub use smi::parse_topo_matrix;

@@ -321,6 +321,20 @@ pub struct Nic {
     pub numa_node: Option<u32>,
 }
 
+/// One SR-IOV virtual function a NIC offers, and the pool (physnet) it serves. A VF sits beside
+/// its PF in the PCI tree, so its relation to a GPU is its NIC's (`nicLinks`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Vf {
+    /// PCI address (`0000:3b:02.1`): the device ID the VF device plugin gives the kubelet.
+    pub pci_address: String,
+    /// Name of its PF in `nics`.
+    pub nic: String,
+    /// The physnet it serves (`sriov.weft.io/<physnet>`), when one is configured for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub physnet: Option<String>,
+}
+
 /// One NUMA node and its CPUs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct NumaNode {
@@ -359,6 +373,8 @@ pub struct NodeTopology {
     pub nics: Vec<Nic>,
     links: Vec<PairLink>,
     nic_links: Vec<Option<PcieRelation>>,
+    /// SR-IOV VFs, each naming its PF in `nics` (set with [`NodeTopology::set_vfs`]).
+    vfs: Vec<Vf>,
     /// NVLink generation, when known or inferred.
     pub nvlink_generation: Option<NvlinkGeneration>,
     /// PCIe generation of the GPU links, when known or inferred.
@@ -425,6 +441,7 @@ impl NodeTopology {
             nics,
             links,
             nic_links,
+            vfs: Vec::new(),
             nvlink_generation: None,
             pcie_generation: None,
             inter_socket_gbps: None,
@@ -505,6 +522,46 @@ impl NodeTopology {
     /// PCIe relation between GPU `gpu` and NIC `nic` (positions), when known.
     pub fn nic_link(&self, gpu: usize, nic: usize) -> Option<PcieRelation> {
         self.nic_links[gpu * self.nics.len() + nic]
+    }
+
+    /// The SR-IOV VFs.
+    pub fn vfs(&self) -> &[Vf] {
+        &self.vfs
+    }
+
+    /// Sets the SR-IOV VFs. Each must name a NIC of this node and have a PCI address of its own;
+    /// errors name the entry as the inventory spells it (`vfs[3].nic`).
+    pub fn set_vfs(&mut self, vfs: Vec<Vf>) -> Result<(), TopologyError> {
+        for (i, vf) in vfs.iter().enumerate() {
+            if !self.nics.iter().any(|n| n.name == vf.nic) {
+                return Err(TopologyError::Invalid(format!("vfs[{i}].nic: '{}' is not in nics", vf.nic)));
+            }
+            if vfs[..i].iter().any(|v| v.pci_address == vf.pci_address) {
+                return Err(TopologyError::Invalid(format!(
+                    "vfs[{i}].pciAddress: '{}' is listed twice",
+                    vf.pci_address
+                )));
+            }
+            if vf.physnet.as_deref() == Some("") {
+                return Err(TopologyError::Invalid(format!("vfs[{i}].physnet: empty; leave it out instead")));
+            }
+        }
+        self.vfs = vfs;
+        Ok(())
+    }
+
+    /// The NIC position of VF `vf` (a position in [`NodeTopology::vfs`]).
+    pub fn vf_nic(&self, vf: usize) -> usize {
+        let name = &self.vfs[vf].nic;
+        // set_vfs checked that every VF names a NIC.
+        self.nics.iter().position(|n| &n.name == name).unwrap_or_default()
+    }
+
+    /// The nearest PCIe relation between VF `vf` and any of `gpus` (positions), when known: its
+    /// NIC's relation, since a VF sits beside its PF.
+    pub fn vf_nearest(&self, vf: usize, gpus: &[usize]) -> Option<PcieRelation> {
+        let nic = self.vf_nic(vf);
+        gpus.iter().filter_map(|&g| self.nic_link(g, nic)).max()
     }
 
     /// The row-major pair matrix.
