@@ -4,6 +4,8 @@
 //!   `default_physnet_subnets`), validated with errors that name the entry.
 //! - [`choice`]: which VFs a pod gets: the ones nearest its GPUs (same PCIe switch, then root,
 //!   then NUMA node), spread over PFs.
+//! - [`joint`]: one decision for a pod's GPUs and VFs on a node (best-effort GPUs; VFs nearest
+//!   them; among equally good GPU sets, the one beside free VFs), and its node score.
 //! - [`vif`]: the multi-VIF record on the pod (interface name → VIF) and its Multus
 //!   `network-status` form.
 //!
@@ -12,4 +14,5 @@
 
 pub mod choice;
 pub mod config;
+pub mod joint;
 pub mod vif;
