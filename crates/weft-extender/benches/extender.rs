@@ -72,10 +72,13 @@ fn bench_pure(c: &mut Criterion) {
     let cfg = ExtenderConfig::default();
     let two: Vec<PreparedNode> = (0..NODES).map(|i| PreparedNode::new(&topology(i)).unwrap()).collect();
     let two: Vec<NodeState<'_>> =
-        two.iter().enumerate().map(|(i, p)| NodeState::Known { prepared: p, used: used_mask(i) }).collect();
+        two.iter().enumerate().map(|(i, p)| NodeState::Known { prepared: p, used: used_mask(i), vfs: None }).collect();
     let unique: Vec<PreparedNode> = (0..NODES).map(|i| PreparedNode::new(&unique_topology(i)).unwrap()).collect();
-    let unique: Vec<NodeState<'_>> =
-        unique.iter().enumerate().map(|(i, p)| NodeState::Known { prepared: p, used: used_mask(i) }).collect();
+    let unique: Vec<NodeState<'_>> = unique
+        .iter()
+        .enumerate()
+        .map(|(i, p)| NodeState::Known { prepared: p, used: used_mask(i), vfs: None })
+        .collect();
     let mut g = c.benchmark_group("prioritize/pure");
     g.bench_function("two-topologies", |b| b.iter(|| prioritize(black_box(REQUEST), black_box(&two), &cfg)));
     g.sample_size(20);

@@ -15,29 +15,47 @@ use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
 use weft_alloc::{Policy, Request, allocate};
-use weft_record::usage::{PodRef, format_gpu_ids, gpus_in_use};
+use weft_net::joint::decide;
+use weft_record::usage::{PodRef, format_gpu_ids};
+use weft_record::vf_usage::{VF_IDS_ANNOTATION, format_vf_ids, pod_vf_requests};
 use weft_record::{GPU_DECISION_ANNOTATION, GPU_IDS_ANNOTATION, GpuDecision};
 
-use crate::reservations::shown_in;
-use crate::server::ExtenderState;
+use crate::decision::PodAsk;
+use crate::reservations::{Reserved, shown_in};
+use crate::server::{ExtenderState, devices_in_use};
 use crate::volcano::{EventHandlerRequest, EventHandlerResponse, task_pod};
 use crate::wire::{ExtenderBindingArgs, ExtenderBindingResult};
 
-/// The annotations that record a decision of `gpus` on `node`.
-fn decision_annotations(node: &str, gpus: &[usize]) -> BTreeMap<String, String> {
+/// What bind decided for a pod on a node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decided {
+    /// GPU indices, ascending.
+    pub gpus: Vec<usize>,
+    /// VFs by physnet (PCI addresses).
+    pub vfs: BTreeMap<String, Vec<String>>,
+}
+
+/// The annotations that record `decided` on `node`: the decision, and what the pod holds
+/// (`weft.io/gpu-ids` when it has GPUs, `weft.io/vf-ids` when it has VFs).
+fn decision_annotations(node: &str, decided: &Decided) -> BTreeMap<String, String> {
+    let gpus = &decided.gpus;
     let decision = GpuDecision {
         node: node.to_string(),
         gpus: gpus.to_vec(),
-        vfs: BTreeMap::new(),
+        vfs: decided.vfs.clone(),
         decided_at: k8s_openapi::jiff::Timestamp::now()
             .round(k8s_openapi::jiff::Unit::Second)
             .map_or_else(|_| String::new(), |t| t.to_string()),
         by: DECIDED_BY.to_string(),
     };
-    BTreeMap::from([
-        (GPU_IDS_ANNOTATION.to_string(), format_gpu_ids(gpus)),
-        (GPU_DECISION_ANNOTATION.to_string(), decision.to_annotation()),
-    ])
+    let mut out = BTreeMap::from([(GPU_DECISION_ANNOTATION.to_string(), decision.to_annotation())]);
+    if !gpus.is_empty() {
+        out.insert(GPU_IDS_ANNOTATION.to_string(), format_gpu_ids(gpus));
+    }
+    if !decided.vfs.is_empty() {
+        out.insert(VF_IDS_ANNOTATION.to_string(), format_vf_ids(&decided.vfs));
+    }
+    out
 }
 
 /// Who the decision says made it.
@@ -163,15 +181,14 @@ impl ExtenderState {
             Some(bound) => return Err(format!("pod {namespace}/{name} is already bound to {bound}")),
             None => {}
         }
-        let request = weft_resources::pod_request(&pod, &self.config().resource_name)
-            .map_err(|e| format!("pod {namespace}/{name}: {e}"))?;
-        let decided = if request == 0 { None } else { self.decide_gpus(node, &uid, request)? };
-        let annotations = decided.as_deref().map(|gpus| decision_annotations(node, gpus)).unwrap_or_default();
+        let ask = self.pod_ask(&pod).map_err(|e| format!("pod {namespace}/{name}: {e}"))?;
+        let decided = if ask.is_empty() { None } else { self.decide_devices(node, &uid, &ask)? };
+        let annotations = decided.as_ref().map(|d| decision_annotations(node, d)).unwrap_or_default();
         if let Err(e) = binder.bind(namespace, name, &uid, node, annotations).await {
             self.reservations().release(node, &uid);
             return Err(e);
         }
-        tracing::debug!(pod = %format!("{namespace}/{name}"), %node, gpus = ?decided, "bound");
+        tracing::debug!(pod = %format!("{namespace}/{name}"), %node, decided = ?decided, "bound");
         Ok(())
     }
 
@@ -189,12 +206,12 @@ impl ExtenderState {
                 return Err(format!("task {namespace}/{name} has no NodeName"));
             }
             let uid = pod.metadata.uid.clone().unwrap_or_default();
-            let request = weft_resources::pod_request(&pod, &self.config().resource_name)
-                .map_err(|e| format!("pod {namespace}/{name}: {e}"))?;
-            let Some(gpus) = (if request == 0 { None } else { self.decide_gpus(node, &uid, request)? }) else {
+            let ask = self.pod_ask(&pod).map_err(|e| format!("pod {namespace}/{name}: {e}"))?;
+            let Some(decided) = (if ask.is_empty() { None } else { self.decide_devices(node, &uid, &ask)? }) else {
                 return Ok(());
             };
-            let annotations = decision_annotations(node, &gpus).into_iter().map(|(k, v)| (k, Some(v))).collect();
+            let gpus = &decided.gpus;
+            let annotations = decision_annotations(node, &decided).into_iter().map(|(k, v)| (k, Some(v))).collect();
             if let Err(e) = binder.annotate(&namespace, &name, &uid, annotations).await {
                 self.reservations().release(node, &uid);
                 return Err(e);
@@ -224,39 +241,65 @@ impl ExtenderState {
             if current.metadata.uid.as_deref() != Some(uid.as_str()) || !ours || bound {
                 return Ok(());
             }
-            let annotations =
-                [GPU_IDS_ANNOTATION, GPU_DECISION_ANNOTATION].into_iter().map(|k| (k.to_string(), None)).collect();
+            let annotations = [GPU_IDS_ANNOTATION, GPU_DECISION_ANNOTATION, VF_IDS_ANNOTATION]
+                .into_iter()
+                .map(|k| (k.to_string(), None))
+                .collect();
             binder.annotate(&namespace, &name, &uid, annotations).await
         }
         .await;
         EventHandlerResponse { error_message: outcome.err().unwrap_or_default() }
     }
 
-    /// Picks and reserves `count` GPUs for the pod `uid` on `node`: the best-effort set over the
-    /// GPUs neither held by the node's pods nor reserved for others. `None` when the node has no
-    /// GPU topology (the node's device plugin then chooses), unless topology is required.
-    fn decide_gpus(&self, node: &str, uid: &str, count: u64) -> Result<Option<Vec<usize>>, String> {
+    /// What `pod` asks for that weft decides.
+    fn pod_ask(&self, pod: &Pod) -> Result<PodAsk, weft_resources::RequestError> {
+        let gpus = weft_resources::pod_request(pod, &self.config().resource_name)?;
+        let vfs = pod_vf_requests(pod)?;
+        Ok(PodAsk { gpus, vfs: vfs.into_iter().map(|(p, n)| (p, usize::try_from(n).unwrap_or(usize::MAX))).collect() })
+    }
+
+    /// Picks and reserves the pod `uid`'s GPUs and VFs on `node` in one decision
+    /// ([`weft_net::joint::decide`]) over the GPUs and VFs neither held by the node's pods nor
+    /// reserved for others. `None` when the node has no topology (the node's device plugins then
+    /// choose), unless topology is required.
+    fn decide_devices(&self, node: &str, uid: &str, ask: &PodAsk) -> Result<Option<Decided>, String> {
         let node_object = self.view().node(node).ok_or_else(|| format!("node {node} is not known to the extender"))?;
         let prepared = match self.cache().resolve(&node_object) {
             Ok(p) => p,
             Err(reason) if self.config().require_topology => return Err(format!("node {node}: {reason}")),
             Err(_) => return Ok(None),
         };
-        let count = usize::try_from(count).map_err(|_| format!("the pod asks for {count} GPUs"))?;
+        let count = usize::try_from(ask.gpus).map_err(|_| format!("the pod asks for {} GPUs", ask.gpus))?;
         let now = Instant::now();
         // The ledger first, then the view: see `Reservations::lock`.
         let mut ledger = self.reservations().lock(node);
         let pods = self.view().pods_on_node(node);
         let reserved = ledger.others(uid, now, shown_in(&pods));
-        let used = gpus_in_use(&prepared, &pods, &self.config().resource_name).used | reserved;
+        let (held, mut vfs_used) = devices_in_use(node, &prepared, &pods, &self.config().resource_name);
+        let used = held | reserved.gpus;
+        vfs_used.extend(reserved.vfs);
         let free: Vec<usize> = (0..prepared.len()).filter(|&g| used & (1u128 << g) == 0).collect();
         if free.len() < count {
             return Err(format!("node {node} has {} free GPUs now; the pod asks for {count}", free.len()));
         }
-        let chosen = allocate(&prepared, &Policy::BestEffort, &Request { count, available: &free, required: &[] })
-            .map_err(|e| format!("node {node}: {e}"))?;
-        let set = chosen.gpus.iter().fold(0u128, |m, &g| m | (1u128 << g));
-        ledger.reserve(uid, set, now);
-        Ok(Some((0..128).filter(|&g| set & (1u128 << g) != 0).collect()))
+        let (gpus, vfs) = match prepared.with_vfs() {
+            Some(topology) => {
+                let choice = decide(&prepared, topology, &free, &|a| !vfs_used.contains(a), count, &ask.vfs)
+                    .map_err(|e| format!("node {node}: {e}"))?;
+                (choice.gpus, choice.vfs.vfs)
+            }
+            None if ask.vfs.values().any(|&n| n > 0) => {
+                return Err(format!("node {node} publishes no SR-IOV VFs; the pod asks for {:?}", ask.vfs));
+            }
+            None => {
+                let req = Request { count, available: &free, required: &[] };
+                let chosen = allocate(&prepared, &Policy::BestEffort, &req).map_err(|e| format!("node {node}: {e}"))?;
+                (chosen.gpus, BTreeMap::new())
+            }
+        };
+        let set = gpus.iter().fold(0u128, |m, &g| m | (1u128 << g));
+        let reserve_vfs = vfs.values().flatten().cloned().collect();
+        ledger.reserve(uid, Reserved { gpus: set, vfs: reserve_vfs }, now);
+        Ok(Some(Decided { gpus: (0..128).filter(|&g| set & (1u128 << g) != 0).collect(), vfs }))
     }
 }

@@ -1,5 +1,6 @@
-//! Topology annotations read once: annotation text → `PreparedNode`, shared by every node that
-//! carries the same text, bounded in entries and bytes.
+//! Topology annotations read once: annotation text → [`PreparedTopology`] (the GPUs prepared for
+//! allocation, and the SR-IOV VFs with their NICs' relations when the node publishes any), shared by
+//! every node that carries the same text, bounded in entries and bytes.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -7,12 +8,47 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::api::core::v1::Node;
 use weft_alloc::PreparedNode;
-use weft_topology::inventory;
+use weft_topology::{NodeTopology, inventory};
 
 use weft_record::TOPOLOGY_ANNOTATION;
 
+/// A node's topology as decisions use it: the GPUs prepared for allocation (what it dereferences
+/// to) and, when the node publishes SR-IOV VFs, the topology that places them.
+#[derive(Debug)]
+pub struct PreparedTopology {
+    gpus: PreparedNode,
+    vfs: Option<NodeTopology>,
+}
+
+impl PreparedTopology {
+    /// Prepares `topology`, keeping it whole only when it has VFs (a node without them needs only
+    /// the GPU matrices).
+    pub fn new(topology: NodeTopology) -> Result<PreparedTopology, weft_alloc::AllocError> {
+        let gpus = PreparedNode::new(&topology)?;
+        Ok(PreparedTopology { gpus, vfs: (!topology.vfs().is_empty()).then_some(topology) })
+    }
+
+    /// The topology with its VFs, when the node publishes any.
+    pub fn with_vfs(&self) -> Option<&NodeTopology> {
+        self.vfs.as_ref()
+    }
+
+    /// Estimated heap bytes (`text_len`: the annotation it came from, standing in for the kept
+    /// topology).
+    fn heap_bytes(&self, text_len: usize) -> usize {
+        self.gpus.heap_bytes() + self.vfs.as_ref().map_or(0, |_| text_len)
+    }
+}
+
+impl std::ops::Deref for PreparedTopology {
+    type Target = PreparedNode;
+    fn deref(&self) -> &PreparedNode {
+        &self.gpus
+    }
+}
+
 /// A node's prepared topology, or why there is none.
-pub type Resolved = Result<Arc<PreparedNode>, Arc<str>>;
+pub type Resolved = Result<Arc<PreparedTopology>, Arc<str>>;
 
 /// Default of [`CacheLimits::max_nodes`].
 pub const DEFAULT_MAX_NODES: usize = 20_000;
@@ -211,7 +247,7 @@ impl Inner {
         let value = self.parse(name, text);
         let bytes = text.len()
             + match &value {
-                Ok(p) => p.heap_bytes(),
+                Ok(p) => p.heap_bytes(text.len()),
                 Err(e) => e.len(),
             };
         let text: Arc<str> = Arc::from(text);
@@ -235,7 +271,7 @@ impl Inner {
             return Err(format!("{source}: not weft inventory JSON (apiVersion {})", inventory::API_VERSION).into());
         }
         let topology = weft_topology::parse_node(text, &source).map_err(|e| Arc::<str>::from(e.to_string()))?;
-        let prepared = PreparedNode::new(&topology).map_err(|e| Arc::<str>::from(format!("{source}: {e}")))?;
+        let prepared = PreparedTopology::new(topology).map_err(|e| Arc::<str>::from(format!("{source}: {e}")))?;
         Ok(Arc::new(prepared))
     }
 

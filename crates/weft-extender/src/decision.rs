@@ -1,10 +1,14 @@
-//! The extender's decisions, pure: given the pod's GPU request and, per candidate node, its prepared
-//! topology and the GPUs in use, which nodes pass the filter and how each scores. No I/O; the HTTP
-//! layer ([`crate::server`]) and benchmarks call these directly.
+//! The extender's decisions, pure: given what the pod asks for (GPUs, and SR-IOV VFs by physnet)
+//! and, per candidate node, its prepared topology and the GPUs and VFs in use, which nodes pass the
+//! filter and how each scores. No I/O; the HTTP layer ([`crate::server`]) and benchmarks call these
+//! directly.
 
+use std::collections::BTreeSet;
 use std::time::Instant;
 
 use weft_alloc::{NodeFit, PreparedNode, ScoreCache};
+use weft_net::joint::{VfAsk, decide, joint_score};
+use weft_topology::NodeTopology;
 
 use crate::config::ExtenderConfig;
 use crate::wire::{MAX_EXTENDER_PRIORITY, MIN_EXTENDER_PRIORITY};
@@ -39,6 +43,64 @@ pub struct Expired {
     pub total: usize,
 }
 
+/// What a pod asks for that the extender decides.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodAsk {
+    /// GPUs.
+    pub gpus: u64,
+    /// SR-IOV VFs by physnet (`sriov.weft.io/<physnet>`); physnets asked none of are absent.
+    pub vfs: VfAsk,
+}
+
+impl PodAsk {
+    /// A pod that asks for `gpus` GPUs and no VFs.
+    pub fn gpus(gpus: u64) -> PodAsk {
+        PodAsk { gpus, vfs: VfAsk::new() }
+    }
+
+    /// Whether the pod asks for nothing the extender decides.
+    pub fn is_empty(&self) -> bool {
+        self.gpus == 0 && self.vfs.values().all(|&n| n == 0)
+    }
+}
+
+/// A node's SR-IOV VFs as decisions see them.
+#[derive(Clone, Copy, Debug)]
+pub struct NodeVfs<'a> {
+    /// The node's topology, which places its VFs (`vfs()`, each beside its NIC).
+    pub topology: &'a NodeTopology,
+    /// PCI addresses of the VFs held by pods or reserved.
+    pub used: &'a BTreeSet<String>,
+}
+
+impl NodeVfs<'_> {
+    /// VFs of `physnet` on the node, and how many of them are free.
+    pub fn count(&self, physnet: &str) -> (usize, usize) {
+        let of = self.topology.vfs().iter().filter(|v| v.physnet.as_deref() == Some(physnet));
+        of.fold((0, 0), |(total, free), v| (total + 1, free + usize::from(!self.used.contains(&v.pci_address))))
+    }
+
+    /// Whether VF `pci_address` is free.
+    pub fn is_free(&self, pci_address: &str) -> bool {
+        !self.used.contains(pci_address)
+    }
+}
+
+/// Why a node cannot give the pod its VFs, `None` when it can: unresolvable (`true`) when the node
+/// has too few VFs of a physnet at all, else a failure preemption may mend.
+fn vf_shortage(ask: &VfAsk, vfs: Option<&NodeVfs<'_>>) -> Option<(bool, String)> {
+    ask.iter().filter(|(_, n)| **n > 0).find_map(|(physnet, &n)| {
+        let (total, free) = vfs.map_or((0, 0), |v| v.count(physnet));
+        if total < n {
+            Some((true, format!("node has {total} VFs of physnet {physnet}; pod asks for {n}")))
+        } else if free < n {
+            Some((false, format!("not enough free VFs of physnet {physnet}; pod asks for {n}")))
+        } else {
+            None
+        }
+    })
+}
+
 /// What the extender knows about one candidate node.
 #[derive(Clone, Copy, Debug)]
 pub enum NodeState<'a> {
@@ -48,6 +110,8 @@ pub enum NodeState<'a> {
         prepared: &'a PreparedNode,
         /// GPUs in use, as a mask.
         used: u128,
+        /// Its SR-IOV VFs, when it publishes any.
+        vfs: Option<NodeVfs<'a>>,
     },
     /// The node cannot be judged (no or unreadable topology annotation, not in the cache).
     Unknown {
@@ -60,7 +124,9 @@ impl NodeState<'_> {
     /// Free GPU indices, ascending (empty for an unknown node).
     pub fn free(&self) -> Vec<usize> {
         match *self {
-            NodeState::Known { prepared, used } => (0..prepared.len()).filter(|&g| used & (1u128 << g) == 0).collect(),
+            NodeState::Known { prepared, used, .. } => {
+                (0..prepared.len()).filter(|&g| used & (1u128 << g) == 0).collect()
+            }
             NodeState::Unknown { .. } => Vec::new(),
         }
     }
@@ -87,27 +153,35 @@ impl Verdict {
     }
 }
 
-/// Filter the candidates for a pod requesting `request` GPUs; one verdict per candidate, in order.
+/// Filter the candidates for a pod requesting `request` GPUs and no VFs ([`filter_pod`]).
+pub fn filter(request: u64, nodes: &[NodeState<'_>], cfg: &ExtenderConfig) -> Vec<Verdict> {
+    filter_pod(&PodAsk::gpus(request), nodes, cfg)
+}
+
+/// Filter the candidates for a pod asking for `ask`; one verdict per candidate, in order.
 ///
-/// - `request == 0`: every node passes (GPU topology does not constrain the pod).
+/// - nothing asked: every node passes (topology does not constrain the pod).
 /// - unknown topology: passes with a note unless `cfg.require_topology`, then unresolvable.
 /// - fewer GPUs on the node than requested: unresolvable (preemption cannot add GPUs).
 /// - fewer free GPUs than requested: fails with a reason that names the request but not the
 ///   node's occupancy (reasons end up in pod events, which the pod's owner reads).
-pub fn filter(request: u64, nodes: &[NodeState<'_>], cfg: &ExtenderConfig) -> Vec<Verdict> {
-    nodes.iter().map(|node| filter_one(request, node, cfg)).collect()
+/// - VFs: fewer VFs of an asked physnet on the node than asked (none published counts as none):
+///   unresolvable; fewer free: fails.
+pub fn filter_pod(ask: &PodAsk, nodes: &[NodeState<'_>], cfg: &ExtenderConfig) -> Vec<Verdict> {
+    nodes.iter().map(|node| filter_one(ask, node, cfg)).collect()
 }
 
-fn filter_one(request: u64, node: &NodeState<'_>, cfg: &ExtenderConfig) -> Verdict {
-    if request == 0 {
+fn filter_one(ask: &PodAsk, node: &NodeState<'_>, cfg: &ExtenderConfig) -> Verdict {
+    if ask.is_empty() {
         return Verdict::Pass { note: None };
     }
+    let request = ask.gpus;
     match *node {
         NodeState::Unknown { reason } if cfg.require_topology => {
             Verdict::Unresolvable(format!("{reason}; GPU topology is required (--require-topology)"))
         }
         NodeState::Unknown { reason } => Verdict::Pass { note: Some(format!("{reason}; passed unjudged")) },
-        NodeState::Known { prepared, used } => {
+        NodeState::Known { prepared, used, vfs } => {
             let total = prepared.len() as u64;
             let free = total - u64::from((used & mask(prepared.len())).count_ones());
             if total < request {
@@ -115,7 +189,11 @@ fn filter_one(request: u64, node: &NodeState<'_>, cfg: &ExtenderConfig) -> Verdi
             } else if free < request {
                 Verdict::Fail(format!("not enough free GPUs; pod requests {request}"))
             } else {
-                Verdict::Pass { note: None }
+                match vf_shortage(&ask.vfs, vfs.as_ref()) {
+                    Some((true, why)) => Verdict::Unresolvable(why),
+                    Some((false, why)) => Verdict::Fail(why),
+                    None => Verdict::Pass { note: None },
+                }
             }
         }
     }
@@ -130,7 +208,8 @@ fn mask(n: usize) -> u128 {
 pub struct NodeScore {
     /// Extender score, [`MIN_EXTENDER_PRIORITY`]..=[`MAX_EXTENDER_PRIORITY`].
     pub score: i64,
-    /// weft-alloc's fit (score 1..=100 and the GPU set) when the node was scored.
+    /// weft-alloc's fit (score 1..=100 and the GPU set) when the node was scored; for a pod that
+    /// asks for VFs too, its score is the joint score.
     pub fit: Option<NodeFit>,
     /// Why the node got this score when it was not scored from its topology.
     pub reason: Option<String>,
@@ -198,11 +277,40 @@ pub fn prioritize_until(
     cache: &mut ScoreCache,
     deadline: Deadline,
 ) -> Result<Vec<NodeScore>, Expired> {
+    prioritize_pod_until(&PodAsk::gpus(request), nodes, cfg, cache, deadline)
+}
+
+/// Scores the candidates for a pod asking for `ask`, as [`prioritize`] does for GPUs, with VFs:
+///
+/// - a node without enough free VFs of an asked physnet: 0 with a reason;
+/// - a pod that asks for VFs and no GPUs: `cfg.neutral_score` on every node that has them (no GPU
+///   for the VFs to sit near);
+/// - GPUs and VFs: the raw score is [`weft_net::joint::joint_score`] of the GPU score and the
+///   joint decision's share of VFs under a GPU's PCIe switch, so among nodes equally good for the
+///   GPUs, the ones where GPUDirect RDMA pays come first.
+pub fn prioritize_pod_until(
+    ask: &PodAsk,
+    nodes: &[NodeState<'_>],
+    cfg: &ExtenderConfig,
+    cache: &mut ScoreCache,
+    deadline: Deadline,
+) -> Result<Vec<NodeScore>, Expired> {
+    let request = ask.gpus;
     if request == 0 {
         let score = cfg.neutral_score.clamp(MIN_EXTENDER_PRIORITY, MAX_EXTENDER_PRIORITY);
+        let neutral = || NodeScore { score, fit: None, reason: Some("pod requests no GPUs; neutral score".into()) };
         return Ok(nodes
             .iter()
-            .map(|_| NodeScore { score, fit: None, reason: Some("pod requests no GPUs; neutral score".into()) })
+            .map(|node| {
+                let vfs = match node {
+                    NodeState::Known { vfs, .. } => vfs.as_ref(),
+                    NodeState::Unknown { .. } => None,
+                };
+                match vf_shortage(&ask.vfs, vfs) {
+                    Some((_, why)) => NodeScore { score: MIN_EXTENDER_PRIORITY, fit: None, reason: Some(why) },
+                    None => neutral(),
+                }
+            })
             .collect());
     }
     let count = usize::try_from(request).unwrap_or(usize::MAX);
@@ -215,7 +323,7 @@ pub fn prioritize_until(
             NodeState::Unknown { reason } => {
                 NodeScore { score: MIN_EXTENDER_PRIORITY, fit: None, reason: Some(format!("{reason}; not scored")) }
             }
-            NodeState::Known { prepared, used } => {
+            NodeState::Known { prepared, used, vfs } => {
                 let total = prepared.len() as u64;
                 let free_count = total - u64::from((used & mask(prepared.len())).count_ones());
                 if free_count < request {
@@ -224,10 +332,22 @@ pub fn prioritize_until(
                         fit: None,
                         reason: Some(format!("{free_count} of {total} GPUs free; pod requests {request}")),
                     }
+                } else if let Some((_, why)) = vf_shortage(&ask.vfs, vfs.as_ref()) {
+                    NodeScore { score: MIN_EXTENDER_PRIORITY, fit: None, reason: Some(why) }
                 } else {
-                    match cache.score(prepared, &node.free(), count, &cfg.score_config) {
+                    let free = node.free();
+                    match cache.score(prepared, &free, count, &cfg.score_config) {
                         // Mapped to 1–10 below, once every candidate is scored.
-                        Ok(fit) => NodeScore { score: 0, fit: Some(fit), reason: None },
+                        Ok(mut fit) => {
+                            if let Some(v) = vfs.filter(|_| !ask.vfs.is_empty()) {
+                                let choice = decide(prepared, v.topology, &free, &|a| v.is_free(a), count, &ask.vfs);
+                                // The filter's counts guarantee the VFs; a failure leaves the GPU score.
+                                if let Ok(choice) = choice {
+                                    fit.score = joint_score(fit.score, &choice);
+                                }
+                            }
+                            NodeScore { score: 0, fit: Some(fit), reason: None }
+                        }
                         Err(e) => NodeScore { score: MIN_EXTENDER_PRIORITY, fit: None, reason: Some(e.to_string()) },
                     }
                 }

@@ -1,10 +1,10 @@
-//! GPUs decided by bind but not yet visible through the watch (kube-scheduler calls this
+//! GPUs and VFs decided by bind but not yet visible through the watch (kube-scheduler calls this
 //! "assume"): filter, prioritize and the next bind count them as used, so two pods bound in quick
 //! succession never get the same GPU. A reservation ends when the view shows its pod on the node
 //! (its `weft.io/gpu-ids` then counts through the normal accounting), when its bind fails, or after
 //! a bounded time (a pod deleted before the watch showed it).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -20,8 +20,24 @@ pub struct Reservations {
 #[derive(Clone, Debug)]
 struct Held {
     pod_uid: String,
-    gpus: u128,
+    devices: Reserved,
     until: Instant,
+}
+
+/// What reservations hold on a node.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reserved {
+    /// GPUs, as a mask.
+    pub gpus: u128,
+    /// SR-IOV VFs (PCI addresses).
+    pub vfs: BTreeSet<String>,
+}
+
+impl Reserved {
+    /// Reserved GPUs only.
+    pub fn gpus(gpus: u128) -> Reserved {
+        Reserved { gpus, vfs: BTreeSet::new() }
+    }
 }
 
 impl Reservations {
@@ -30,11 +46,11 @@ impl Reservations {
         Reservations { ttl, by_node: Mutex::new(HashMap::new()) }
     }
 
-    /// GPUs reserved on `node` at `now`. Reservations that expired, or whose pod `visible` says the
-    /// view already shows on the node, end here.
-    pub fn held(&self, node: &str, now: Instant, visible: impl Fn(&str) -> bool) -> u128 {
+    /// GPUs and VFs reserved on `node` at `now`. Reservations that expired, or whose pod `visible`
+    /// says the view already shows on the node, end here.
+    pub fn held(&self, node: &str, now: Instant, visible: impl Fn(&str) -> bool) -> Reserved {
         let mut by_node = self.by_node.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(list) = by_node.get_mut(node) else { return 0 };
+        let Some(list) = by_node.get_mut(node) else { return Reserved::default() };
         let held = prune_and_count(list, now, visible, None);
         if list.is_empty() {
             by_node.remove(node);
@@ -89,10 +105,19 @@ impl Reservations {
 }
 
 /// Drops from `list` the reservations that expired at `now`, whose pod `visible` says the view
-/// shows, and `replaced`'s own; returns the GPUs the rest hold.
-fn prune_and_count(list: &mut Vec<Held>, now: Instant, visible: impl Fn(&str) -> bool, replaced: Option<&str>) -> u128 {
+/// shows, and `replaced`'s own; returns the GPUs and VFs the rest hold.
+fn prune_and_count(
+    list: &mut Vec<Held>,
+    now: Instant,
+    visible: impl Fn(&str) -> bool,
+    replaced: Option<&str>,
+) -> Reserved {
     list.retain(|h| h.until > now && !visible(&h.pod_uid) && Some(h.pod_uid.as_str()) != replaced);
-    list.iter().fold(0, |m, h| m | h.gpus)
+    list.iter().fold(Reserved::default(), |mut r, h| {
+        r.gpus |= h.devices.gpus;
+        r.vfs.extend(h.devices.vfs.iter().cloned());
+        r
+    })
 }
 
 /// Whether `uid` is among `pods` (the `visible` test of [`Reservations::held`] and
@@ -109,16 +134,19 @@ pub struct NodeLedger<'a> {
 }
 
 impl NodeLedger<'_> {
-    /// GPUs reserved for pods other than `pod_uid`; reservations that expired or whose pod
+    /// GPUs and VFs reserved for pods other than `pod_uid`; reservations that expired or whose pod
     /// `visible` says the view shows on the node end here, as does `pod_uid`'s own.
-    pub fn others(&mut self, pod_uid: &str, now: Instant, visible: impl Fn(&str) -> bool) -> u128 {
-        self.by_node.get_mut(&self.node).map_or(0, |list| prune_and_count(list, now, visible, Some(pod_uid)))
+    pub fn others(&mut self, pod_uid: &str, now: Instant, visible: impl Fn(&str) -> bool) -> Reserved {
+        self.by_node
+            .get_mut(&self.node)
+            .map_or_else(Reserved::default, |list| prune_and_count(list, now, visible, Some(pod_uid)))
     }
 
-    /// Reserves `gpus` for `pod_uid` until `now` + the ledger's ttl.
-    pub fn reserve(mut self, pod_uid: &str, gpus: u128, now: Instant) {
+    /// Reserves `devices` for `pod_uid` until `now` + the ledger's ttl.
+    pub fn reserve(mut self, pod_uid: &str, devices: Reserved, now: Instant) {
         let until = now + self.ttl;
-        self.by_node.entry(self.node.clone()).or_default().push(Held { pod_uid: pod_uid.to_string(), gpus, until });
+        let held = Held { pod_uid: pod_uid.to_string(), devices, until };
+        self.by_node.entry(self.node.clone()).or_default().push(held);
     }
 }
 
@@ -139,10 +167,10 @@ mod tests {
     /// Takes `gpus` on `node` for `uid` unless another reservation holds one of them.
     fn take(r: &Reservations, node: &str, uid: &str, gpus: u128, now: Instant) -> bool {
         let mut ledger = r.lock(node);
-        if ledger.others(uid, now, |_| false) & gpus != 0 {
+        if ledger.others(uid, now, |_| false).gpus & gpus != 0 {
             return false;
         }
-        ledger.reserve(uid, gpus, now);
+        ledger.reserve(uid, Reserved::gpus(gpus), now);
         true
     }
 
@@ -151,14 +179,14 @@ mod tests {
         let r = Reservations::new(TTL);
         let t = Instant::now();
         assert!(take(&r, "n1", "a", 0b11, t));
-        assert_eq!(r.held("n1", t, |_| false), 0b11);
-        assert_eq!(r.held("n2", t, |_| false), 0);
+        assert_eq!(r.held("n1", t, |_| false).gpus, 0b11);
+        assert_eq!(r.held("n2", t, |_| false).gpus, 0);
         // Another pod cannot take what is reserved.
         assert!(!take(&r, "n1", "b", 0b10, t));
         assert!(take(&r, "n1", "b", 0b100, t));
-        assert_eq!(r.held("n1", t, |_| false), 0b111);
+        assert_eq!(r.held("n1", t, |_| false).gpus, 0b111);
         // The watch shows pod a: its GPUs are now counted from its annotation, not the ledger.
-        assert_eq!(r.held("n1", t, |uid| uid == "a"), 0b100);
+        assert_eq!(r.held("n1", t, |uid| uid == "a").gpus, 0b100);
         assert_eq!(r.len(), 1);
     }
 
@@ -169,8 +197,8 @@ mod tests {
         assert!(take(&r, "n1", "a", 0b1, t));
         assert!(take(&r, "n1", "b", 0b10, t));
         r.release("n1", "b");
-        assert_eq!(r.held("n1", t, |_| false), 0b1);
-        assert_eq!(r.held("n1", t + TTL, |_| false), 0, "expired at the ttl");
+        assert_eq!(r.held("n1", t, |_| false).gpus, 0b1);
+        assert_eq!(r.held("n1", t + TTL, |_| false).gpus, 0, "expired at the ttl");
         assert!(r.is_empty());
     }
 
@@ -182,8 +210,24 @@ mod tests {
         assert!(take(&r, "n1", "a", 0b1, t), "its own reservation is not in the way");
         assert_eq!(r.len(), 1);
         let mut ledger = r.lock("n2");
-        assert_eq!(ledger.others("c", t, |_| false), 0);
+        assert_eq!(ledger.others("c", t, |_| false), Reserved::default());
         drop(ledger);
         assert_eq!(r.len(), 1, "looking reserved nothing");
+    }
+
+    #[test]
+    fn reserved_vfs_count_like_gpus() {
+        let r = Reservations::new(TTL);
+        let t = Instant::now();
+        let vfs = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+        r.lock("n1").reserve("a", Reserved { gpus: 0b1, vfs: vfs(&["0000:0c:00.2"]) }, t);
+        r.lock("n1").reserve("b", Reserved { gpus: 0b10, vfs: vfs(&["0000:8c:00.2"]) }, t);
+        assert_eq!(r.held("n1", t, |_| false).vfs, vfs(&["0000:0c:00.2", "0000:8c:00.2"]));
+        assert_eq!(r.lock("n1").others("a", t, |_| false), Reserved { gpus: 0b10, vfs: vfs(&["0000:8c:00.2"]) });
+        assert_eq!(
+            r.held("n1", t, |uid| uid == "b").vfs,
+            BTreeSet::new(),
+            "a's own reservation was replaced; b is visible"
+        );
     }
 }

@@ -22,7 +22,7 @@
 //! on after the answer was given up; the topology cache is bounded in names and bytes
 //! ([`TopologyCache`]); connection limits are [`weft_kube::http`]'s.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -40,18 +40,19 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use thiserror::Error;
 use tokio::net::TcpListener;
-use weft_alloc::{PreparedNode, ScoreCache};
+use weft_alloc::ScoreCache;
 
 use crate::bind::PodBinder;
-use crate::cache::TopologyCache;
+use crate::cache::{PreparedTopology, Resolved, TopologyCache};
 use crate::config::ExtenderConfig;
-use crate::decision::{self, Deadline, Expired, NodeState, Verdict};
+use crate::decision::{self, Deadline, Expired, NodeState, NodeVfs, PodAsk, Verdict};
 use crate::reservations::{Reservations, shown_in};
 use crate::view::ClusterView;
 use crate::volcano;
 use crate::wire::{ExtenderArgs, ExtenderBindingArgs, ExtenderFilterResult, HostPriority, HostPriorityList, NodeList};
 use weft_kube::http::ServeOptions;
 use weft_record::usage::{PodRef, gpus_in_use};
+use weft_record::vf_usage::{pod_vf_requests, vfs_in_use};
 
 /// Header that asks prioritize to include each node's `Reason`.
 pub const DEBUG_HEADER: &str = "x-weft-debug";
@@ -146,8 +147,9 @@ impl std::fmt::Debug for ExtenderState {
 /// One candidate node, resolved.
 struct Candidate {
     name: String,
-    prepared: Result<Arc<PreparedNode>, Arc<str>>,
+    prepared: Resolved,
     used: u128,
+    vfs_used: BTreeSet<String>,
 }
 
 impl ExtenderState {
@@ -234,7 +236,7 @@ impl ExtenderState {
                 return Ok(ExtenderFilterResult { error: e.to_string(), ..ExtenderFilterResult::default() });
             }
         };
-        let verdicts = decision::filter(request, &states(&candidates), &self.cfg);
+        let verdicts = decision::filter_pod(&request, &states(&candidates), &self.cfg);
         let mut result = ExtenderFilterResult::default();
         let mut passed = vec![false; candidates.len()];
         for (i, (c, v)) in candidates.iter().zip(&verdicts).enumerate() {
@@ -263,7 +265,8 @@ impl ExtenderState {
         }
         tracing::debug!(
             pod = %args.pod.as_ref().map(PodRef::of).unwrap_or_default(),
-            request,
+            gpus = request.gpus,
+            vfs = ?request.vfs,
             candidates = candidates.len(),
             passed = passed.iter().filter(|p| **p).count(),
             "filter"
@@ -287,7 +290,7 @@ impl ExtenderState {
         let (request, candidates) = self.candidates(args, deadline)?;
         let scores = {
             let mut cache = self.scores.lock().unwrap_or_else(PoisonError::into_inner);
-            decision::prioritize_until(request, &states(&candidates), &self.cfg, &mut cache, deadline)?
+            decision::prioritize_pod_until(&request, &states(&candidates), &self.cfg, &mut cache, deadline)?
         };
         Ok(candidates
             .into_iter()
@@ -301,11 +304,14 @@ impl ExtenderState {
             .collect())
     }
 
-    /// The pod's GPU request and the candidates with their topology and GPUs in use.
-    fn candidates(&self, args: &ExtenderArgs, deadline: Deadline) -> Result<(u64, Vec<Candidate>), ExtenderError> {
+    /// What the pod asks for and the candidates with their topology and GPUs and VFs in use.
+    fn candidates(&self, args: &ExtenderArgs, deadline: Deadline) -> Result<(PodAsk, Vec<Candidate>), ExtenderError> {
         let pod = args.pod.as_ref().ok_or(ExtenderError::NoPod)?;
-        let request = weft_resources::pod_request(pod, &self.cfg.resource_name)
-            .map_err(|error| ExtenderError::BadRequest { pod: Box::new(PodRef::of(pod)), error: Box::new(error) })?;
+        let bad = |error| ExtenderError::BadRequest { pod: Box::new(PodRef::of(pod)), error: Box::new(error) };
+        let gpus = weft_resources::pod_request(pod, &self.cfg.resource_name).map_err(bad)?;
+        let vfs = pod_vf_requests(pod).map_err(bad)?;
+        let request =
+            PodAsk { gpus, vfs: vfs.into_iter().map(|(p, n)| (p, usize::try_from(n).unwrap_or(usize::MAX))).collect() };
         let names: Vec<String> = match (&args.nodes, &args.node_names) {
             (Some(list), _) => list.items.iter().map(|n| n.name().to_string()).collect(),
             (None, Some(names)) => names.clone(),
@@ -314,12 +320,10 @@ impl ExtenderState {
         if names.len() > self.cfg.max_nodes_per_request {
             return Err(ExtenderError::TooManyNodes { nodes: names.len(), max: self.cfg.max_nodes_per_request });
         }
-        if request == 0 {
-            // No GPU request: the decisions do not look at topology or usage.
-            return Ok((
-                0,
-                names.into_iter().map(|name| Candidate { name, prepared: Err(Arc::from("")), used: 0 }).collect(),
-            ));
+        if request.is_empty() {
+            // Nothing weft decides: the decisions do not look at topology or usage.
+            let unjudged = |name| Candidate { name, prepared: Err(Arc::from("")), used: 0, vfs_used: BTreeSet::new() };
+            return Ok((request, names.into_iter().map(unjudged).collect()));
         }
         let resolved = match &args.nodes {
             Some(list) => self.cache.resolve_all(list.items.iter().map(|n| Some(n.node()))),
@@ -335,11 +339,11 @@ impl ExtenderState {
             if deadline.passed() {
                 return Err(Expired { done: i, total }.into());
             }
-            let used = match &prepared {
-                Ok(p) => self.gpus_used(&name, p, now),
-                Err(_) => 0,
+            let (used, vfs_used) = match &prepared {
+                Ok(p) => self.devices_used(&name, p, now),
+                Err(_) => (0, BTreeSet::new()),
             };
-            candidates.push(Candidate { name, prepared, used });
+            candidates.push(Candidate { name, prepared, used, vfs_used });
         }
         Ok((request, candidates))
     }
@@ -402,54 +406,87 @@ impl ExtenderState {
 }
 
 impl ExtenderState {
-    /// The GPUs of `node` held by its pods or reserved. The pods' part is kept per node while the
-    /// view's [`ClusterView::pods_revision`] of the node and its topology stay the same (it changes
-    /// only when the node's pods change), so a request walks only the nodes whose pods changed.
-    /// The pods are read only on a miss or when the node has reservations to settle.
-    fn gpus_used(&self, node: &str, prepared: &PreparedNode, now: std::time::Instant) -> u128 {
+    /// The GPUs (mask) and VFs of `node` held by its pods or reserved. The pods' part is kept per
+    /// node while the view's [`ClusterView::pods_revision`] of the node and its topology stay the
+    /// same (it changes only when the node's pods change), so a request walks only the nodes whose
+    /// pods changed. The pods are read only on a miss or when the node has reservations to settle.
+    fn devices_used(
+        &self,
+        node: &str,
+        prepared: &PreparedTopology,
+        now: std::time::Instant,
+    ) -> (u128, BTreeSet<String>) {
         let revision = self.view.pods_revision(node);
         let fingerprint = prepared.fingerprint();
         let cached = revision.and_then(|r| {
             let accounting = self.accounting.lock().unwrap_or_else(PoisonError::into_inner);
-            accounting.get(node).filter(|a| a.revision == r && a.fingerprint == fingerprint).map(|a| a.used)
+            accounting
+                .get(node)
+                .filter(|a| a.revision == r && a.fingerprint == fingerprint)
+                .map(|a| (a.used, a.vfs.clone()))
         });
         let reserved_here = self.reservations.on_node(node);
-        if let (Some(used), false) = (cached, reserved_here) {
-            return used;
+        if let (Some((used, vfs)), false) = (&cached, reserved_here) {
+            return (*used, (**vfs).clone());
         }
         let pods = self.view.pods_on_node(node);
-        let used = cached.unwrap_or_else(|| {
-            let usage = gpus_in_use(prepared, &pods, &self.cfg.resource_name);
-            for issue in &usage.issues {
-                tracing::debug!(%node, "GPU accounting: {issue}");
-            }
+        let (used, vfs) = cached.unwrap_or_else(|| {
+            let (used, vfs) = devices_in_use(node, prepared, &pods, &self.cfg.resource_name);
+            let vfs = Arc::new(vfs);
             if let Some(revision) = revision {
                 let mut accounting = self.accounting.lock().unwrap_or_else(PoisonError::into_inner);
                 if accounting.len() >= self.cfg.max_nodes_per_request.saturating_mul(2) {
                     // Nodes come and go; the map never outgrows twice the largest request.
                     accounting.clear();
                 }
-                accounting.insert(node.to_string(), Accounted { revision, fingerprint, used: usage.used });
+                accounting.insert(node.to_string(), Accounted { revision, fingerprint, used, vfs: vfs.clone() });
             }
-            usage.used
+            (used, vfs)
         });
-        used | self.reservations.held(node, now, shown_in(&pods))
+        let reserved = self.reservations.held(node, now, shown_in(&pods));
+        let mut vfs = (*vfs).clone();
+        vfs.extend(reserved.vfs);
+        (used | reserved.gpus, vfs)
     }
 }
 
-/// One node's GPUs held by its pods, as of a pods revision of the view.
-#[derive(Clone, Copy, Debug)]
+/// The GPUs (mask) and VFs `pods` hold on `node` by weft-record's accounting; its issues are logged.
+pub(crate) fn devices_in_use(
+    node: &str,
+    prepared: &PreparedTopology,
+    pods: &[Arc<k8s_openapi::api::core::v1::Pod>],
+    resource: &str,
+) -> (u128, BTreeSet<String>) {
+    let gpus = gpus_in_use(prepared, pods, resource);
+    for issue in &gpus.issues {
+        tracing::debug!(%node, "GPU accounting: {issue}");
+    }
+    let Some(topology) = prepared.with_vfs() else { return (gpus.used, BTreeSet::new()) };
+    let vfs = vfs_in_use(topology, pods, &gpus);
+    for issue in &vfs.issues {
+        tracing::debug!(%node, "VF accounting: {issue}");
+    }
+    (gpus.used, vfs.used)
+}
+
+/// One node's GPUs and VFs held by its pods, as of a pods revision of the view.
+#[derive(Clone, Debug)]
 struct Accounted {
     revision: u64,
     fingerprint: u64,
     used: u128,
+    vfs: Arc<BTreeSet<String>>,
 }
 
 fn states(candidates: &[Candidate]) -> Vec<NodeState<'_>> {
     candidates
         .iter()
         .map(|c| match &c.prepared {
-            Ok(p) => NodeState::Known { prepared: p, used: c.used },
+            Ok(p) => NodeState::Known {
+                prepared: p,
+                used: c.used,
+                vfs: p.with_vfs().map(|topology| NodeVfs { topology, used: &c.vfs_used }),
+            },
             Err(reason) => NodeState::Unknown { reason },
         })
         .collect()

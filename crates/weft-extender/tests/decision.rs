@@ -21,9 +21,9 @@ fn filter_verdicts_follow_free_and_total_gpus() {
     let n8 = prep(&common::a100_nvswitch("n"));
     let n2 = prep(&common::pcie_only("s", 2));
     let nodes = [
-        NodeState::Known { prepared: &n8, used: 0 },
-        NodeState::Known { prepared: &n8, used: 0b1111_1000 },
-        NodeState::Known { prepared: &n2, used: 0 },
+        NodeState::Known { prepared: &n8, used: 0, vfs: None },
+        NodeState::Known { prepared: &n8, used: 0b1111_1000, vfs: None },
+        NodeState::Known { prepared: &n2, used: 0, vfs: None },
         NodeState::Unknown { reason: "node has no annotation" },
     ];
     let v = filter(3, &nodes, &cfg);
@@ -41,7 +41,7 @@ fn filter_verdicts_follow_free_and_total_gpus() {
 fn filter_fails_when_fewer_free_than_requested() {
     let cfg = ExtenderConfig::default();
     let n8 = prep(&common::a100_nvswitch("n"));
-    let v = filter(4, &[NodeState::Known { prepared: &n8, used: 0b0001_1111 }], &cfg);
+    let v = filter(4, &[NodeState::Known { prepared: &n8, used: 0b0001_1111, vfs: None }], &cfg);
     // The reason reaches the pod's events: it names the request, not the node's occupancy.
     assert_eq!(v[0], Verdict::Fail("not enough free GPUs; pod requests 4".into()));
 }
@@ -52,7 +52,8 @@ fn prioritize_equals_weft_alloc_score_spread_over_the_candidates_for_any_usage()
     let topo = common::dgx1_v100("n");
     let p = prep(&topo);
     let masks: Vec<u128> = (0u128..256).step_by(7).collect();
-    let nodes: Vec<NodeState<'_>> = masks.iter().map(|&used| NodeState::Known { prepared: &p, used }).collect();
+    let nodes: Vec<NodeState<'_>> =
+        masks.iter().map(|&used| NodeState::Known { prepared: &p, used, vfs: None }).collect();
     for count in [1usize, 2, 4] {
         let got = prioritize(count as u64, &nodes, &cfg);
         let raw: Vec<Option<u8>> = masks
@@ -96,10 +97,13 @@ fn shared_prepared_nodes_score_like_separate_ones() {
     let used = 0b0000_0110;
     let memo = prioritize(
         2,
-        &[NodeState::Known { prepared: &shared, used }, NodeState::Known { prepared: &shared, used }],
+        &[
+            NodeState::Known { prepared: &shared, used, vfs: None },
+            NodeState::Known { prepared: &shared, used, vfs: None },
+        ],
         &cfg,
     );
-    let fresh = prioritize(2, &[NodeState::Known { prepared: &other, used }], &cfg);
+    let fresh = prioritize(2, &[NodeState::Known { prepared: &other, used, vfs: None }], &cfg);
     assert_eq!(memo[0], fresh[0]);
     assert_eq!(memo[1], fresh[0]);
 }
@@ -108,7 +112,8 @@ fn shared_prepared_nodes_score_like_separate_ones() {
 fn unknown_nodes_score_zero_and_gpu_free_pods_get_the_neutral_score() {
     let cfg = ExtenderConfig::default();
     let n8 = prep(&common::a100_nvswitch("n"));
-    let nodes = [NodeState::Unknown { reason: "no annotation" }, NodeState::Known { prepared: &n8, used: 0 }];
+    let nodes =
+        [NodeState::Unknown { reason: "no annotation" }, NodeState::Known { prepared: &n8, used: 0, vfs: None }];
     let s = prioritize(2, &nodes, &cfg);
     assert_eq!(s[0].score, 0);
     assert!(s[0].reason.as_deref().unwrap_or("").contains("no annotation"));
@@ -140,7 +145,7 @@ fn a_score_cache_kept_across_calls_gives_the_same_scores() {
     let a = prep(&common::dgx1_v100("a"));
     let b = prep(&common::a100_nvswitch("b"));
     let nodes: Vec<NodeState<'_>> = (0u128..64)
-        .map(|used| NodeState::Known { prepared: if used % 2 == 0 { &a } else { &b }, used: used * 3 % 256 })
+        .map(|used| NodeState::Known { prepared: if used % 2 == 0 { &a } else { &b }, used: used * 3 % 256, vfs: None })
         .collect();
     let mut cache = weft_alloc::ScoreCache::new();
     let first = prioritize_with(2, &nodes, &cfg, &mut cache);

@@ -1,0 +1,186 @@
+//! SR-IOV VFs in the extender's decisions, on the fake API server through the HTTP routes as
+//! kube-scheduler calls them: the filter counts free VFs per physnet, prioritize prefers the node
+//! where the pod's GPUs and VFs share a PCIe switch, bind records the VFs beside the GPUs and
+//! reserves them so back-to-back binds never share one.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use weft_extender::{ExtenderConfig, ExtenderState, KubeClusterView, KubePodBinder};
+use weft_fakeapi::FakeApiServer;
+use weft_record::vf_usage::{VF_IDS_ANNOTATION, parse_vf_ids};
+use weft_record::{GPU_DECISION_ANNOTATION, GPU_IDS_ANNOTATION, GpuDecision};
+use weft_topology::{NodeTopology, Vf, parse_node};
+
+const HANG_GUARD: Duration = Duration::from_secs(60);
+
+async fn guard<F: std::future::Future>(what: &str, f: F) -> F::Output {
+    tokio::time::timeout(HANG_GUARD, f).await.unwrap_or_else(|_| panic!("hung: {what}"))
+}
+
+/// Four PCIe GPUs on two switches (GPU0–1, GPU2–3). `aligned`: NIC0 under the first switch, NIC1
+/// under the second. Otherwise both NICs hang off the CPU (`SYS`/`NODE` to every GPU). Each NIC
+/// offers `per_nic` VFs of physnet `fabric`.
+fn topology(name: &str, aligned: bool, per_nic: usize) -> NodeTopology {
+    let (near_a, near_b) = if aligned { ("PIX", "PIX") } else { ("NODE", "NODE") };
+    let text = format!(
+        "\tGPU0\tGPU1\tGPU2\tGPU3\tNIC0\tNIC1\n\
+         GPU0\t X \tPIX\tSYS\tSYS\t{near_a}\tSYS\n\
+         GPU1\tPIX\t X \tSYS\tSYS\t{near_a}\tSYS\n\
+         GPU2\tSYS\tSYS\t X \tPIX\tSYS\t{near_b}\n\
+         GPU3\tSYS\tSYS\tPIX\t X \tSYS\t{near_b}\n\
+         NIC0\t{near_a}\t{near_a}\tSYS\tSYS\t X \tSYS\n\
+         NIC1\tSYS\tSYS\t{near_b}\t{near_b}\tSYS\t X \n"
+    );
+    let mut node = parse_node(&text, name).unwrap();
+    node.name = Some(name.to_string());
+    let nics: Vec<String> = node.nics.iter().map(|n| n.name.clone()).collect();
+    let mut vfs = Vec::new();
+    for (k, bus) in [(0, "0c"), (1, "8c")] {
+        for f in 0..per_nic {
+            vfs.push(Vf {
+                pci_address: format!("0000:{bus}:00.{}", f + 2),
+                nic: nics[k].clone(),
+                physnet: Some("fabric".into()),
+            });
+        }
+    }
+    node.set_vfs(vfs).unwrap();
+    node
+}
+
+struct Cluster {
+    api: FakeApiServer,
+    base: String,
+    http: reqwest::Client,
+}
+
+async fn cluster(nodes: &[(&str, Option<NodeTopology>)]) -> Cluster {
+    let api = FakeApiServer::start().await;
+    let client = api.client();
+    let node_api: Api<Node> = Api::all(client.clone());
+    for (name, topo) in nodes {
+        let topo = topo.clone().unwrap_or_else(|| common::pcie_only(name, 4));
+        let mut n = common::node(name, Some(&topo), 4);
+        n.metadata.resource_version = None;
+        n.metadata.uid = None;
+        node_api.create(&PostParams::default(), &n).await.unwrap();
+    }
+    let view = KubeClusterView::spawn(client.clone());
+    guard("the view to sync", view.wait_until_ready()).await;
+    let state = Arc::new(
+        ExtenderState::new(Arc::new(view), ExtenderConfig::default()).with_binder(Arc::new(KubePodBinder::new(client))),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(weft_extender::serve(listener, state, Default::default(), std::future::pending()));
+    Cluster { api, base, http: reqwest::Client::new() }
+}
+
+/// A pending pod asking for `gpus` GPUs and `vfs` VFs of physnet `fabric`.
+async fn pending(c: &Cluster, name: &str, gpus: u32, vfs: u32) -> Pod {
+    let mut v = common::pending_pod_json(name, gpus);
+    for k in ["uid", "resourceVersion", "creationTimestamp", "ownerReferences"] {
+        v["metadata"].as_object_mut().unwrap().remove(k);
+    }
+    v["status"] = json!({});
+    let limits = &mut v["spec"]["containers"][0]["resources"]["limits"];
+    limits["sriov.weft.io/fabric"] = json!(vfs.to_string());
+    let pod: Pod = serde_json::from_value(v).unwrap();
+    Api::<Pod>::namespaced(c.api.client(), "ml").create(&PostParams::default(), &pod).await.unwrap()
+}
+
+async fn post(c: &Cluster, verb: &str, body: &Value) -> Value {
+    let r = c.http.post(format!("{}/{verb}", c.base)).json(body).send().await.unwrap();
+    assert_eq!(r.status(), 200, "{verb}");
+    r.json().await.unwrap()
+}
+
+fn bind_args(pod: &Pod, node: &str) -> Value {
+    json!({"PodName": pod.metadata.name, "PodNamespace": pod.metadata.namespace, "PodUID": pod.metadata.uid, "Node": node})
+}
+
+async fn stored(c: &Cluster, name: &str) -> Pod {
+    Api::<Pod>::namespaced(c.api.client(), "ml").get(name).await.unwrap()
+}
+
+fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a String> {
+    pod.metadata.annotations.as_ref().and_then(|a| a.get(key))
+}
+
+#[tokio::test]
+async fn the_filter_counts_vfs_per_physnet() {
+    let c = cluster(&[("aligned", Some(topology("aligned", true, 1))), ("plain", None)]).await;
+    let one = pending(&c, "one", 2, 1).await;
+    let filtered = post(&c, "filter", &json!({"Pod": one, "NodeNames": ["aligned", "plain"]})).await;
+    assert_eq!(filtered["NodeNames"], json!(["aligned"]), "{filtered}");
+    let why = filtered["FailedAndUnresolvableNodes"]["plain"].as_str().unwrap();
+    assert_eq!(why, "node has 0 VFs of physnet fabric; pod asks for 1");
+    let three = pending(&c, "three", 1, 3).await;
+    let filtered = post(&c, "filter", &json!({"Pod": three, "NodeNames": ["aligned"]})).await;
+    assert_eq!(filtered["NodeNames"], json!([]), "{filtered}");
+    assert_eq!(
+        filtered["FailedAndUnresolvableNodes"]["aligned"],
+        json!("node has 2 VFs of physnet fabric; pod asks for 3")
+    );
+}
+
+#[tokio::test]
+async fn prioritize_prefers_the_node_where_gpus_and_vfs_share_a_switch() {
+    let c = cluster(&[("far", Some(topology("far", false, 2))), ("aligned", Some(topology("aligned", true, 2)))]).await;
+    let pod = pending(&c, "p", 2, 1).await;
+    let scores = post(&c, "prioritize", &json!({"Pod": pod, "NodeNames": ["far", "aligned"]})).await;
+    let score = |host: &str| scores.as_array().unwrap().iter().find(|h| h["Host"] == host).unwrap()["Score"].as_i64();
+    assert!(score("aligned") > score("far"), "{scores}");
+    // The same pod without VFs: the two nodes are alike for GPUs alone.
+    let gpus_only = pending(&c, "q", 2, 0).await;
+    let scores = post(&c, "prioritize", &json!({"Pod": gpus_only, "NodeNames": ["far", "aligned"]})).await;
+    let all: Vec<i64> = scores.as_array().unwrap().iter().map(|h| h["Score"].as_i64().unwrap()).collect();
+    assert_eq!(all[0], all[1], "{scores}");
+}
+
+#[tokio::test]
+async fn bind_records_the_vfs_beside_the_gpus_and_back_to_back_binds_never_share_one() {
+    let c = cluster(&[("aligned", Some(topology("aligned", true, 1)))]).await;
+    let a = pending(&c, "a", 2, 1).await;
+    let b = pending(&c, "b", 2, 1).await;
+    // Both binds before the watch can show either pod: the second must see the first's reservation.
+    assert_eq!(post(&c, "bind", &bind_args(&a, "aligned")).await, json!({"Error": ""}));
+    assert_eq!(post(&c, "bind", &bind_args(&b, "aligned")).await, json!({"Error": ""}));
+    let mut got = Vec::new();
+    for name in ["a", "b"] {
+        let pod = stored(&c, name).await;
+        let decision = GpuDecision::from_annotation(annotation(&pod, GPU_DECISION_ANNOTATION).unwrap()).unwrap();
+        let vf_ids = parse_vf_ids(annotation(&pod, VF_IDS_ANNOTATION).unwrap()).unwrap();
+        assert_eq!(vf_ids, decision.vfs, "{name}: vf-ids says what the decision says");
+        assert_eq!(annotation(&pod, GPU_IDS_ANNOTATION).unwrap().split(',').count(), 2);
+        got.push((decision.gpus, decision.vfs["fabric"].clone()));
+    }
+    // Each pod's VF is the one under its GPU pair's switch: NIC0's beside GPU0–1, NIC1's beside
+    // GPU2–3.
+    got.sort();
+    assert_eq!(got, [(vec![0, 1], vec!["0000:0c:00.2".to_string()]), (vec![2, 3], vec!["0000:8c:00.2".to_string()])]);
+    // The node has no free VF now.
+    let c2 = pending(&c, "c", 0, 1).await;
+    let refused = post(&c, "bind", &bind_args(&c2, "aligned")).await;
+    assert!(refused["Error"].as_str().unwrap().contains("physnet fabric: 1 VFs asked for, 0 available"), "{refused}");
+}
+
+#[tokio::test]
+async fn a_vf_only_pod_gets_a_decision_without_gpus() {
+    let c = cluster(&[("aligned", Some(topology("aligned", true, 1)))]).await;
+    let p = pending(&c, "p", 0, 2).await;
+    assert_eq!(post(&c, "bind", &bind_args(&p, "aligned")).await, json!({"Error": ""}));
+    let pod = stored(&c, "p").await;
+    assert_eq!(annotation(&pod, GPU_IDS_ANNOTATION), None);
+    let decision = GpuDecision::from_annotation(annotation(&pod, GPU_DECISION_ANNOTATION).unwrap()).unwrap();
+    assert!(decision.gpus.is_empty());
+    assert_eq!(decision.vfs["fabric"], ["0000:0c:00.2", "0000:8c:00.2"], "spread over both PFs");
+}
