@@ -30,7 +30,7 @@ use std::path::Path;
 
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
-use weft_topology::discover::{PhysicalFunction, SriovInventory, VirtualFunction};
+use weft_topology::discover::{PhysicalFunction, SriovInventory, VirtualFunction, normalize_pci_bus_id};
 
 /// The extended resource prefix of a physnet's VFs: `sriov.weft.io/<physnet>`.
 pub const RESOURCE_PREFIX: &str = "sriov.weft.io/";
@@ -119,7 +119,7 @@ impl DeviceMapping {
         if pf.is_empty() {
             return Err("no PF before '#' (expected a netdev name or PCI address)".into());
         }
-        if pf.len() > 15 && weft_topology::discover::normalize_pci_bus_id(pf).is_none() {
+        if pf.len() > 15 && normalize_pci_bus_id(pf).is_none() {
             return Err(format!("'{pf}' is neither a netdev name (at most 15 characters) nor a PCI address"));
         }
         if pf.chars().any(|c| c.is_whitespace() || c == '/' || c == ':' && !pf.contains('.')) {
@@ -481,6 +481,46 @@ impl PhysnetConfig {
         }
         out
     }
+
+    /// The node's VFs as its published topology lists them ([`weft_topology::Vf`]): each VF of a
+    /// physnet, under the NIC of `node` that is its PF (matched by PCI address, netdev or RDMA
+    /// device). A PF that is not among the node's NICs is a note and its VFs are left out: a VF
+    /// whose relation to the GPUs is unknown cannot be placed near them.
+    pub fn topology_vfs(
+        &self,
+        node: &weft_topology::NodeTopology,
+        inventory: &SriovInventory,
+        notes: &mut Vec<String>,
+    ) -> Vec<weft_topology::Vf> {
+        let mut out = Vec::new();
+        let mut unplaced = std::collections::BTreeSet::new();
+        for (physnet, vfs) in self.assign(inventory, notes) {
+            for (pf, vf) in vfs {
+                let f = &pf.function;
+                let nic = node.nics.iter().find(|n| {
+                    n.pci_bus_id.as_deref().and_then(normalize_pci_bus_id).as_deref() == Some(pf.pci_address.as_str())
+                        || (n.netdev.is_some() && n.netdev == f.netdev)
+                        || (n.rdma_device.is_some() && n.rdma_device == f.rdma_device)
+                });
+                match nic {
+                    Some(nic) => out.push(weft_topology::Vf {
+                        pci_address: vf.pci_address.clone(),
+                        nic: nic.name.clone(),
+                        physnet: Some(physnet.clone()),
+                    }),
+                    None => {
+                        if unplaced.insert(pf.pci_address.clone()) {
+                            notes.push(format!(
+                                "physnet {physnet}: PF {} is not among the node's NICs; its VFs are not published",
+                                pf.pci_address
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
 }
 
 #[cfg(test)]
@@ -609,5 +649,29 @@ mod tests {
         assert_eq!(notes.len(), 2, "{notes:?}");
         assert!(notes[0].contains("PF ens1f0 has no VFs [4, 5] enabled"), "{notes:?}");
         assert!(notes[1].contains("no SR-IOV PF ens9"), "{notes:?}");
+    }
+
+    #[test]
+    fn published_vfs_sit_under_the_nic_that_is_their_pf() {
+        let dir = tempfile::tempdir().unwrap();
+        let tree = FakeSriovTree::new(dir.path());
+        tree.pf("0000:3b:00.0", &["0000:00:02.0"], "ens1f0", 0);
+        tree.pf("0000:5e:00.0", &["0000:00:03.0"], "ens2f0", 0);
+        for i in 0..2 {
+            tree.vf("0000:3b:00.0", i, &format!("0000:3b:00.{}", i + 2), None);
+            tree.vf("0000:5e:00.0", i, &format!("0000:5e:00.{}", i + 2), None);
+        }
+        let mut notes = Vec::new();
+        let inv = weft_topology::discover::read_sriov(&tree.root(), &mut notes);
+        let text = "\tGPU0\tNIC0\nGPU0\t X \tPIX\nNIC0\tPIX\t X \n";
+        let mut node = weft_topology::parse_node(text, "t").unwrap();
+        node.nics[0].pci_bus_id = Some("0000:3B:00.0".into());
+        let cfg = PhysnetConfig::from_seed("fabric:ens1f0#1,fabric:ens2f0", "", "").unwrap();
+        let vfs = cfg.topology_vfs(&node, &inv, &mut notes);
+        assert_eq!(vfs.len(), 1, "{vfs:?}");
+        assert_eq!((vfs[0].pci_address.as_str(), vfs[0].nic.as_str()), ("0000:3b:00.3", node.nics[0].name.as_str()));
+        assert_eq!(vfs[0].physnet.as_deref(), Some("fabric"));
+        assert_eq!(notes, ["physnet fabric: PF 0000:5e:00.0 is not among the node's NICs; its VFs are not published"]);
+        node.set_vfs(vfs).unwrap();
     }
 }
