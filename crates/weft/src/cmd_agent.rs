@@ -27,9 +27,10 @@ use weft_deviceplugin::podresources::PodResourcesClient;
 use weft_gpu_plugin::writeback::KubeAnnotator;
 use weft_gpu_plugin::{DeviceListStrategy, GpuInventory, GpuPlugin, GpuPluginConfig};
 use weft_kube::write::RetryPolicy;
+use weft_net::config::PhysnetConfig;
 use weft_nri::plugin::PluginOptions;
 use weft_record::node_agent::{Discover, PublisherConfig, PublisherMetrics, keep_topology_published};
-use weft_topology::discover::{DiscoveryCache, SysfsRoot, read_cpu_layout};
+use weft_topology::discover::{DiscoveryCache, SysfsRoot, read_cpu_layout, read_sriov};
 use weft_topology::model::uniform_node;
 use weft_topology::{CpuSet, NodeTopology, PairLink, read_node_file};
 
@@ -86,6 +87,8 @@ pub struct AgentArgs {
     #[command(flatten)]
     gpu: GpuPluginArgs,
     #[command(flatten)]
+    sriov: SriovArgs,
+    #[command(flatten)]
     kube: KubeArgs,
     #[command(flatten)]
     ops: OpsArgs,
@@ -120,6 +123,51 @@ pub struct GpuPluginArgs {
     /// Write back `weft.io/gpu-ids` at least this often, seconds (and after every allocation).
     #[arg(long, default_value_t = 30, value_name = "SECONDS")]
     gpu_write_back_period: u64,
+}
+
+/// The node's SR-IOV physnets (docs/sriov.md): which PFs' VFs serve which physnet. With them, the
+/// published topology lists the VFs, so the scheduler extender decides them with the GPUs.
+#[derive(Args, Debug)]
+pub struct SriovArgs {
+    /// Physnets file (YAML or JSON: name, devices `pf#vf-ranges`, subnet, VLAN, MTU).
+    #[arg(long, value_name = "FILE", conflicts_with = "physical_device_mappings")]
+    physnet_config: Option<PathBuf>,
+    /// The seed's `physical_device_mappings`: `physnet2:ens1f0#0-3,physnet3:ens1f1`.
+    #[arg(long, value_name = "MAPPINGS")]
+    physical_device_mappings: Option<String>,
+    /// The seed's `default_physnet_subnets`: `physnet2:10.56.0.0/24` (with --physical-device-mappings).
+    #[arg(long, default_value = "", value_name = "SUBNETS", requires = "physical_device_mappings")]
+    default_physnet_subnets: String,
+    /// VLAN per physnet: `physnet2:100` (with --physical-device-mappings).
+    #[arg(long, default_value = "", value_name = "VLANS", requires = "physical_device_mappings")]
+    physnet_vlans: String,
+}
+
+impl SriovArgs {
+    /// The physnets, when any are configured.
+    fn physnets(&self) -> anyhow::Result<Option<PhysnetConfig>> {
+        let cfg = match (&self.physnet_config, &self.physical_device_mappings) {
+            (Some(path), _) => PhysnetConfig::from_file(path)?,
+            (None, Some(m)) => PhysnetConfig::from_seed(m, &self.default_physnet_subnets, &self.physnet_vlans)?,
+            (None, None) => return Ok(None),
+        };
+        Ok(Some(cfg))
+    }
+}
+
+/// `discover` with the node's VFs of `physnets` added (read from sysfs under `root`).
+fn with_vfs(discover: Discover, physnets: PhysnetConfig, root: PathBuf) -> Discover {
+    Arc::new(move || {
+        let mut node = discover()?;
+        let mut notes = Vec::new();
+        let inventory = read_sriov(&SysfsRoot::new(&root), &mut notes);
+        let vfs = physnets.topology_vfs(&node, &inventory, &mut notes);
+        for note in &notes {
+            tracing::info!(note = %note, "SR-IOV discovery");
+        }
+        node.set_vfs(vfs).map_err(|e| format!("the node's VFs: {e}"))?;
+        Ok(node)
+    })
 }
 
 /// The kubelet's pod list as the GPU plugin's view of the node's pods.
@@ -299,6 +347,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     if !a.publish_topology && a.orm.mode == ModeArg::Off && !a.gpu.gpu_plugin {
         anyhow::bail!("nothing to do: --publish-topology=false, --mode off and no --gpu-plugin");
     }
+    let physnets = a.sriov.physnets()?;
     let discover: Discover = match a.topology.clone() {
         Some(path) => Arc::new(move || read_node_file(&path).map_err(|e| e.to_string())),
         None => {
@@ -311,6 +360,10 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
                 Ok(found.node)
             })
         }
+    };
+    let discover = match physnets.clone() {
+        Some(p) => with_vfs(discover, p, a.discover.root().to_path_buf()),
+        None => discover,
     };
     // One discovery at start (cached on disk): the resource manager's GPU NUMA map and the GPU
     // plugin's devices.

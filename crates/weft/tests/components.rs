@@ -244,3 +244,63 @@ async fn the_webhook_can_be_tried_without_a_cluster() {
     sigterm(child.id());
     assert!(wait_exit(child).expect("stops on SIGTERM").success());
 }
+
+/// `weft agent` with physnets publishes the node's VFs in its topology annotation, each under the
+/// NIC that is its PF, so the scheduler extender can decide them with the GPUs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_publishes_the_vfs_of_its_physnets_with_the_topology() {
+    use k8s_openapi::api::core::v1::Node;
+    use kube::api::{Api, PostParams};
+    use weft_topology::discover::FakeSriovTree;
+
+    let api = FakeApiServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig).unwrap();
+    let nodes: Api<Node> = Api::all(api.client());
+    let node: Node = serde_json::from_value(serde_json::json!({"metadata": {"name": "n1"}})).unwrap();
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    // One GPU and one NIC (PF ens1f0) under the same switch, as the inventory says; sysfs has the
+    // PF's three VFs.
+    let topology = dir.path().join("node.yaml");
+    std::fs::write(
+        &topology,
+        "apiVersion: weft.io/v1alpha1\nkind: NodeTopology\ngpus:\n  - {index: 0}\n\
+         nics:\n  - {name: mlx5_0, netdev: ens1f0, pciBusId: \"0000:3b:00.0\"}\n\
+         nicLinks:\n  - {gpu: 0, nic: mlx5_0, pcie: PIX}\n",
+    )
+    .unwrap();
+    let sysfs = dir.path().join("host");
+    let tree = FakeSriovTree::new(&sysfs);
+    tree.pf("0000:3b:00.0", &["0000:3a:00.0"], "ens1f0", 0);
+    for i in 0..3 {
+        tree.vf("0000:3b:00.0", i, &format!("0000:3b:00.{}", i + 2), None);
+    }
+    let mut child = weft()
+        .args(["agent", "--node=n1", "--mode=off", "--ops-listen=127.0.0.1:0", "--interval=1"])
+        .arg(format!("--topology={}", topology.display()))
+        .arg(format!("--root={}", sysfs.display()))
+        .arg("--physical-device-mappings=fabric:ens1f0#1-2")
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let published = tokio::time::timeout(HANG_GUARD, async {
+        loop {
+            let n = nodes.get("n1").await.unwrap();
+            if let Some(text) = n.metadata.annotations.as_ref().and_then(|a| a.get(weft_record::TOPOLOGY_ANNOTATION)) {
+                return text.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    sigterm(child.id());
+    assert!(wait_exit(child).is_some_and(|s| s.success()), "the agent stops on SIGTERM");
+    let published = published.expect("the agent published the topology");
+    let node = weft_topology::parse_node(&published, "annotation").unwrap();
+    let vfs: Vec<(&str, &str, Option<&str>)> =
+        node.vfs().iter().map(|v| (v.pci_address.as_str(), v.nic.as_str(), v.physnet.as_deref())).collect();
+    assert_eq!(vfs, [("0000:3b:00.3", "mlx5_0", Some("fabric")), ("0000:3b:00.4", "mlx5_0", Some("fabric"))]);
+}
