@@ -276,7 +276,7 @@ async fn the_agent_publishes_the_vfs_of_its_physnets_with_the_topology() {
     for i in 0..3 {
         tree.vf("0000:3b:00.0", i, &format!("0000:3b:00.{}", i + 2), None);
     }
-    let mut child = weft()
+    let child = weft()
         .args(["agent", "--node=n1", "--mode=off", "--ops-listen=127.0.0.1:0", "--interval=1"])
         .arg(format!("--topology={}", topology.display()))
         .arg(format!("--root={}", sysfs.display()))
