@@ -40,6 +40,17 @@ pub trait NodePods: Send + Sync + 'static {
     async fn pods(&self) -> Result<Vec<Pod>, String>;
 }
 
+/// A function that returns the pods at once (a list kept in memory: tests, a cache).
+#[async_trait]
+impl<F> NodePods for F
+where
+    F: Fn() -> Result<Vec<Pod>, String> + Send + Sync + 'static,
+{
+    async fn pods(&self) -> Result<Vec<Pod>, String> {
+        self()
+    }
+}
+
 /// One container that asks for the resource.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceContainer {
@@ -62,6 +73,25 @@ pub enum Recorded<T> {
     OtherNode(String),
     /// The annotation could not be read.
     Unreadable(String),
+}
+
+impl<T> Recorded<T> {
+    /// The decision when it is for this node; a decision for another node or one that cannot be
+    /// read is logged (naming `pod`) and ignored.
+    pub fn for_this_node(&self, pod: &str) -> Option<&T> {
+        match self {
+            Recorded::ForThisNode(d) => Some(d),
+            Recorded::None => None,
+            Recorded::OtherNode(node) => {
+                tracing::info!(%pod, %node, "the pod's decision is for another node: ignored");
+                None
+            }
+            Recorded::Unreadable(e) => {
+                tracing::warn!(%pod, error = %e, "the pod's decision is unreadable: ignored");
+                None
+            }
+        }
+    }
 }
 
 /// A pod on this node as the handshake sees it.

@@ -11,13 +11,19 @@
 //! The resource-specific part is the [`DeviceSource`] trait: the devices and their health, the
 //! preferred allocation and what a container gets. [`serve`] runs the rest.
 //!
+//! What every weft device plugin shares beyond the kubelet's protocol: the pod [`handshake`] (which
+//! pod a call is for), the [`accounting`] of what was handed out to which container, the kubelet's
+//! [`podresources`], and the [`writeback`] of what each pod really got to its annotation.
+//!
 //! The message and service definitions are weft's own (`proto/deviceplugin_v1beta1.proto`), written
 //! from the API's published field numbers and compiled with protox, so no protoc is needed.
 
+pub mod accounting;
 pub mod handshake;
 pub mod plugin;
 pub mod podresources;
 pub mod server;
+pub mod writeback;
 
 /// The generated messages, the `DevicePlugin` server and the `Registration` client (and the other
 /// halves, which the test kubelet uses).
@@ -37,5 +43,5 @@ pub const HEALTHY: &str = "Healthy";
 /// A device the kubelet must not hand out.
 pub const UNHEALTHY: &str = "Unhealthy";
 
-pub use plugin::{DeviceSource, check_preferred};
+pub use plugin::{DeviceSource, check_preferred, device};
 pub use server::{PluginError, PluginOptions, serve};

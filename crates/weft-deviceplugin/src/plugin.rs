@@ -44,6 +44,16 @@ pub trait DeviceSource: Send + Sync + 'static {
     }
 }
 
+/// A device as ListAndWatch lists it: its ID, `Healthy` or `Unhealthy`, and its NUMA node when
+/// known (the kubelet's Topology Manager reads it).
+pub fn device(id: &str, healthy: bool, numa: Option<u32>) -> api::Device {
+    api::Device {
+        id: id.to_string(),
+        health: if healthy { crate::HEALTHY } else { crate::UNHEALTHY }.to_string(),
+        topology: numa.map(|n| api::TopologyInfo { nodes: vec![api::NumaNode { id: i64::from(n) }] }),
+    }
+}
+
 /// Checks a preferred allocation against its request: the right number of distinct devices, all
 /// from the available ones, every required one included. The error names what is wrong.
 pub fn check_preferred(request: &api::ContainerPreferredAllocationRequest, answer: &[String]) -> Result<(), String> {

@@ -12,7 +12,7 @@
 //! Also prints p50/p99 over 2,000 timed runs of each.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -126,7 +126,7 @@ impl Bench {
 
     /// One container's calls, timed; the plugin's memory of earlier answers is cleared first.
     fn run(&mut self) -> Duration {
-        self.plugin.settle(&HashMap::new(), &[]);
+        self.plugin.settle(&BTreeMap::new(), &[]);
         let request = api::PreferredAllocationRequest {
             container_requests: vec![api::ContainerPreferredAllocationRequest {
                 available_device_i_ds: self.available.clone(),

@@ -2,6 +2,7 @@
 //! else weft's exact best-effort set over what it offers. Pure.
 
 use weft_alloc::{AllocError, Policy, PreparedNode, Request, allocate};
+use weft_deviceplugin::accounting::decision_left;
 
 /// Why the answer is what it is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -31,22 +32,10 @@ pub fn choose(
     let best = |pool: &[usize]| {
         allocate(node, &Policy::BestEffort, &Request { count: size, available: pool, required }).map(|a| a.gpus)
     };
-    let why_not = match decided {
+    let why_not = match decided.map(|d| decision_left("GPUs", d, held, required, available, size)) {
         None => "the pod has no decision for this node".to_string(),
-        Some(decided) => {
-            let mut pool: Vec<usize> = decided.iter().copied().filter(|g| !held.contains(g)).collect();
-            pool.extend_from_slice(required);
-            pool.sort_unstable();
-            pool.dedup();
-            let missing: Vec<usize> = pool.iter().copied().filter(|g| !available.contains(g)).collect();
-            if !missing.is_empty() {
-                format!("decided GPUs {missing:?} are not available (taken or unhealthy)")
-            } else if pool.len() < size {
-                format!("{} decided GPUs are left for this container, it needs {size}", pool.len())
-            } else {
-                return best(&pool).map(|gpus| (gpus, Basis::Decision));
-            }
-        }
+        Some(Ok(pool)) => return best(&pool).map(|gpus| (gpus, Basis::Decision)),
+        Some(Err(why)) => why,
     };
     best(available).map(|gpus| (gpus, Basis::BestEffort(why_not)))
 }

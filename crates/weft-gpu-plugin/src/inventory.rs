@@ -79,14 +79,6 @@ impl GpuInventory {
 
     /// The device list for ListAndWatch, every GPU with the health `healthy(index)` says.
     pub fn api_devices(&self, healthy: impl Fn(usize) -> bool) -> Vec<api::Device> {
-        self.devices
-            .iter()
-            .map(|d| api::Device {
-                id: d.id.clone(),
-                health: if healthy(d.index) { weft_deviceplugin::HEALTHY } else { weft_deviceplugin::UNHEALTHY }
-                    .to_string(),
-                topology: d.numa.map(|n| api::TopologyInfo { nodes: vec![api::NumaNode { id: i64::from(n) }] }),
-            })
-            .collect()
+        self.devices.iter().map(|d| weft_deviceplugin::device(&d.id, healthy(d.index), d.numa)).collect()
     }
 }

@@ -8,13 +8,15 @@
 //!   plus the container annotation `weft.io/gpu-ids`; records which container got which GPUs, so
 //!   the write-back ([`crate::writeback`]) can be told at once.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Pod;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use tonic::Status;
+use weft_deviceplugin::accounting::{Accounting, Attributed};
+use weft_deviceplugin::handshake::{NodePods, PendingPod, Recorded};
 use weft_deviceplugin::podresources::{self, AssignedDevices, ContainerKey};
 use weft_deviceplugin::{DeviceSource, api};
 use weft_record::decision::{GPU_DECISION_ANNOTATION, GpuDecision};
@@ -22,7 +24,6 @@ use weft_record::usage::format_gpu_ids;
 
 use crate::choice::{Basis, choose};
 use crate::inventory::GpuInventory;
-use weft_deviceplugin::handshake::{NodePods, PendingPod, Recorded, Served, admission_order, attribute};
 
 /// A pending pod with its recorded GPU set.
 pub type GpuPod = PendingPod<Vec<usize>>;
@@ -75,42 +76,16 @@ pub struct GpuPluginConfig {
     pub strategy: DeviceListStrategy,
 }
 
-/// One container's GPUs as this plugin handed them out.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Grant {
-    /// Pod UID, when the handshake found the pod.
-    pub pod_uid: Option<String>,
-    /// Pod and container, when found.
-    pub container: Option<ContainerKey>,
-    /// Whether the container keeps running beside the app containers (app or sidecar) or runs
-    /// before them (init: its GPUs are reused by the next containers).
-    pub long_running: bool,
-    /// GPU indices.
-    pub gpus: Vec<usize>,
-}
-
-#[derive(Default)]
-struct State {
-    /// The pod the last call belonged to.
-    current: Option<String>,
-    /// The container the last GetPreferredAllocation was for, and its size.
-    pending: Option<(GpuPod, usize, usize)>,
-    /// Containers answered, by (pod UID, container name), until PodResources lists them.
-    ledger: BTreeMap<(String, String), Grant>,
-    /// Allocations the handshake could not place on a pod, oldest first (for the write-back).
-    unplaced: Vec<Grant>,
-    unhealthy: Vec<usize>,
-}
+/// One container's GPUs (indices) as this plugin handed them out.
+pub type Grant = weft_deviceplugin::accounting::Grant<usize>;
 
 /// The GPU plugin.
 pub struct GpuPlugin {
     cfg: GpuPluginConfig,
     inventory: GpuInventory,
-    pods: Arc<dyn NodePods>,
-    assigned: Arc<dyn AssignedDevices>,
+    accounting: Accounting<Vec<usize>, usize>,
     devices: watch::Sender<Vec<api::Device>>,
-    state: Mutex<State>,
-    allocated: Notify,
+    unhealthy: Mutex<Vec<usize>>,
 }
 
 impl GpuPlugin {
@@ -123,7 +98,8 @@ impl GpuPlugin {
         assigned: Arc<dyn AssignedDevices>,
     ) -> GpuPlugin {
         let devices = watch::Sender::new(inventory.api_devices(|_| true));
-        GpuPlugin { cfg, inventory, pods, assigned, devices, state: Mutex::default(), allocated: Notify::new() }
+        let accounting = Accounting::new(cfg.resource.clone(), pods, assigned);
+        GpuPlugin { cfg, inventory, accounting, devices, unhealthy: Mutex::default() }
     }
 
     /// Settings.
@@ -136,24 +112,20 @@ impl GpuPlugin {
         &self.inventory
     }
 
-    fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// Marks GPU `index` healthy or not; a change goes to every ListAndWatch stream.
     pub fn set_health(&self, index: usize, healthy: bool) {
         let unhealthy = {
-            let mut state = self.state();
-            let unchanged = state.unhealthy.contains(&index) != healthy;
+            let mut unhealthy = self.unhealthy.lock().unwrap_or_else(PoisonError::into_inner);
+            let unchanged = unhealthy.contains(&index) != healthy;
             if unchanged {
                 return;
             }
             if healthy {
-                state.unhealthy.retain(|&g| g != index);
+                unhealthy.retain(|&g| g != index);
             } else {
-                state.unhealthy.push(index);
+                unhealthy.push(index);
             }
-            state.unhealthy.clone()
+            unhealthy.clone()
         };
         tracing::info!(gpu = index, healthy, "GPU health changed");
         self.devices.send_replace(self.inventory.api_devices(|g| !unhealthy.contains(&g)));
@@ -161,106 +133,36 @@ impl GpuPlugin {
 
     /// The pods the kubelet knows on this node.
     pub async fn node_pods(&self) -> Result<Vec<Pod>, String> {
-        self.pods.pods().await
+        self.accounting.node_pods().await
     }
 
     /// What the kubelet says each container holds.
     pub async fn assigned(&self) -> Result<Vec<podresources::api::PodResources>, String> {
-        self.assigned.list().await
+        self.accounting.assigned().await
     }
 
     /// Resolves once an Allocate was answered since the last call (the write-back's cue).
     pub async fn allocated(&self) {
-        self.allocated.notified().await;
+        self.accounting.allocated().await;
     }
 
     /// Containers answered and not yet known to be listed by the kubelet.
     pub fn grants(&self) -> Vec<Grant> {
-        let state = self.state();
-        state.ledger.values().chain(&state.unplaced).cloned().collect()
+        self.accounting.grants()
     }
 
     /// Forgets grants the kubelet now lists (its word supersedes the plugin's), and grants of pods
     /// no longer on the node.
-    pub fn settle(&self, listed: &HashMap<ContainerKey, Vec<String>>, live_pods: &[String]) {
-        let mut state = self.state();
-        state.ledger.retain(|(uid, _), g| {
-            live_pods.contains(uid) && !g.container.as_ref().is_some_and(|k| listed.contains_key(k))
-        });
-        state.unplaced.clear();
+    pub fn settle(&self, listed: &BTreeMap<ContainerKey, Vec<String>>, live_pods: &[String]) {
+        self.accounting.settle(listed, live_pods);
     }
 
-    /// The pods in admission order, the containers already served, and the GPUs the kubelet lists
-    /// for each pod's running containers (by pod UID); read before the lock.
-    async fn candidates(&self) -> (Vec<GpuPod>, Served, HashMap<String, Vec<usize>>) {
-        let pods = match self.pods.pods().await {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::warn!(error = %e, "the kubelet's pod list: calls are answered without a pod");
-                Vec::new()
-            }
-        };
-        let mut pending: Vec<GpuPod> = pods
-            .iter()
-            .filter_map(|p| match PendingPod::of(p, &self.cfg.resource, |p| recorded_gpus(p, &self.cfg.node)) {
-                Ok(seen) => seen,
-                Err(e) => {
-                    tracing::warn!(error = %e, "pod left out of the handshake");
-                    None
-                }
-            })
-            .collect();
-        admission_order(&mut pending);
-        let mut served = Served::new();
-        let mut listed = HashMap::<String, Vec<usize>>::new();
-        match self.assigned.list().await {
-            Ok(list) => {
-                let by_name: HashMap<(&str, &str), &str> =
-                    pending.iter().map(|p| ((p.namespace.as_str(), p.name.as_str()), p.uid.as_str())).collect();
-                for (key, ids) in podresources::devices_of(&list, &self.cfg.resource) {
-                    if let Some(uid) = by_name.get(&(key.namespace.as_str(), key.pod.as_str())) {
-                        let gpus = self.inventory.indices(&ids).unwrap_or_default();
-                        listed.entry(uid.to_string()).or_default().extend(gpus);
-                        served.insert((uid.to_string(), key.container));
-                    }
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "PodResources: served containers known from this plugin's own answers only")
-            }
-        }
-        (pending, served, listed)
+    fn decision(&self) -> impl Fn(&Pod) -> Recorded<Vec<usize>> + '_ {
+        |p| recorded_gpus(p, &self.cfg.node)
     }
 
-    fn attribute_locked(state: &State, pods: &[GpuPod], served: &Served, size: usize) -> Option<(GpuPod, usize)> {
-        let mut served = served.clone();
-        served.extend(state.ledger.keys().cloned());
-        attribute(pods, &served, state.current.as_deref(), size).map(|(p, c)| (pods[p].clone(), c))
-    }
-
-    fn record(&self, found: Option<(GpuPod, usize)>, gpus: Vec<usize>) {
-        let mut state = self.state();
-        state.pending = None;
-        match found {
-            Some((pod, c)) => {
-                let container = &pod.containers[c];
-                let grant = Grant {
-                    pod_uid: Some(pod.uid.clone()),
-                    container: Some(ContainerKey {
-                        namespace: pod.namespace.clone(),
-                        pod: pod.name.clone(),
-                        container: container.name.clone(),
-                    }),
-                    long_running: container.stage != weft_resources::Stage::Init,
-                    gpus,
-                };
-                state.current = Some(pod.uid.clone());
-                state.ledger.insert((pod.uid.clone(), container.name.clone()), grant);
-            }
-            None => state.unplaced.push(Grant { pod_uid: None, container: None, long_running: true, gpus }),
-        }
-        drop(state);
-        self.allocated.notify_one();
+    fn gpus(&self) -> impl Fn(&[String]) -> Vec<usize> + '_ {
+        |ids| self.inventory.indices(ids).unwrap_or_default()
     }
 
     fn response(&self, ids: &[String], gpus: &[usize]) -> api::ContainerAllocateResponse {
@@ -308,48 +210,18 @@ impl DeviceSource for GpuPlugin {
         let required = self.inventory.indices(&request.must_include_device_i_ds).map_err(|e| invalid(resource, e))?;
         let size = usize::try_from(request.allocation_size)
             .map_err(|_| invalid(resource, format!("allocation size {} is negative", request.allocation_size)))?;
-        let (pods, served, mut listed) = self.candidates().await;
-        let (found, held) = {
-            let state = self.state();
-            let found = Self::attribute_locked(&state, &pods, &served, size);
-            // What the pod's running containers hold: the kubelet's list, and this plugin's answers
-            // it does not list yet.
-            let held: Vec<usize> = found
-                .as_ref()
-                .map(|(pod, _)| {
-                    let mut held = listed.remove(&pod.uid).unwrap_or_default();
-                    held.extend(
-                        state
-                            .ledger
-                            .iter()
-                            .filter(|((uid, _), g)| *uid == pod.uid && g.long_running)
-                            .flat_map(|(_, g)| g.gpus.iter().copied()),
-                    );
-                    held
-                })
-                .unwrap_or_default();
-            (found, held)
-        };
-        let decided = match found.as_ref().map(|(p, _)| &p.decision) {
-            Some(Recorded::ForThisNode(gpus)) => Some(gpus.as_slice()),
-            Some(Recorded::OtherNode(node)) => {
-                tracing::info!(%node, "the pod's decision is for another node: ignored");
-                None
-            }
-            Some(Recorded::Unreadable(e)) => {
-                tracing::warn!(error = %e, "the pod's decision is unreadable: ignored");
-                None
-            }
-            _ => None,
-        };
-        let (gpus, basis) = choose(self.inventory.prepared(), &available, &required, size, decided, &held)
+        let candidates = self.accounting.candidates(self.decision(), self.gpus()).await;
+        let found = self.accounting.attribute(&candidates, size);
+        let held = found.as_ref().map(|a| a.held.as_slice()).unwrap_or_default();
+        let decided = found.as_ref().and_then(|a| a.pod.decision.for_this_node(&a.pod.label())).map(Vec::as_slice);
+        let (gpus, basis) = choose(self.inventory.prepared(), &available, &required, size, decided, held)
             .map_err(|e| invalid(resource, e.to_string()))?;
-        let pod = found.as_ref().map(|(p, c)| format!("{} container {}", p.label(), p.containers[*c].name));
+        let pod = found.as_ref().map(Attributed::label);
         match &basis {
             Basis::Decision => tracing::info!(pod = ?pod, ?gpus, "preferred allocation: the recorded decision"),
             Basis::BestEffort(why) => tracing::info!(pod = ?pod, ?gpus, %why, "preferred allocation: best-effort"),
         }
-        self.state().pending = found.map(|(p, c)| (p, c, size));
+        self.accounting.expect(found.as_ref(), size);
         Ok(self.inventory.ids(&gpus))
     }
 
@@ -359,24 +231,14 @@ impl DeviceSource for GpuPlugin {
     ) -> Result<api::ContainerAllocateResponse, Status> {
         let gpus = self.inventory.indices(&request.devices_ids).map_err(|e| invalid(&self.cfg.resource, e))?;
         let size = gpus.len();
-        // The container the preferred allocation was for, when the sizes agree; otherwise (no
-        // preferred call: the kubelet reused an init container's devices, or had no choice) the
-        // handshake runs for this call.
-        let pending = self.state().pending.take().filter(|(_, _, s)| *s == size);
-        let found = match pending {
-            Some((pod, c, _)) => Some((pod, c)),
-            None => {
-                let (pods, served, _) = self.candidates().await;
-                Self::attribute_locked(&self.state(), &pods, &served, size)
-            }
-        };
+        let found = self.accounting.allocating(size, self.decision(), self.gpus()).await;
         let response = self.response(&request.devices_ids, &gpus);
         if let Some((pod, c)) = &found {
             tracing::info!(pod = %pod.label(), container = %pod.containers[*c].name, ?gpus, "allocated");
         } else {
             tracing::info!(?gpus, "allocated to a container no pending pod matches; the write-back will name it");
         }
-        self.record(found, gpus);
+        self.accounting.record(found, gpus);
         Ok(response)
     }
 }

@@ -63,6 +63,15 @@ impl FakeSriovTree {
     /// first bridge>`), with netdev `netdev` on NUMA node `numa`, `sriov_totalvfs` 8 and no VFs
     /// enabled until [`Self::vf`] adds them.
     pub fn pf(&self, bus: &str, bridges: &[&str], netdev: &str, numa: u32) -> FakeFunction {
+        let f = self.pci_device(bus, bridges, numa);
+        write(&f.dev.join("sriov_totalvfs"), "8\n");
+        write(&f.dev.join("sriov_numvfs"), "0\n");
+        f.netdev(netdev)
+    }
+
+    /// A PCI function at `bus` below `bridges` (as for [`Self::pf`]) on NUMA node `numa`, with no
+    /// SR-IOV files: a GPU, say, for code that places VFs near it.
+    pub fn pci_device(&self, bus: &str, bridges: &[&str], numa: u32) -> FakeFunction {
         let bus = bdf(bus);
         let first = bdf(bridges.first().copied().unwrap_or(&bus));
         let mut dir = self.root.join("sys/devices").join(format!("pci{}", &first[..7]));
@@ -72,11 +81,8 @@ impl FakeSriovTree {
         dir.push(&bus);
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
         symlink(&dir, &self.device_dir(&bus));
-        write(&dir.join("sriov_totalvfs"), "8\n");
-        write(&dir.join("sriov_numvfs"), "0\n");
         write(&dir.join("numa_node"), &format!("{numa}\n"));
-        let f = FakeFunction { root: self.root.clone(), dev: dir };
-        f.netdev(netdev)
+        FakeFunction { root: self.root.clone(), dev: dir }
     }
 
     /// VF `index` of the PF at `pf_bus`, at `bus` beside it, with its netdev when `netdev` is given
@@ -135,6 +141,21 @@ impl FakeFunction {
         let ib = self.dev.join("infiniband").join(name);
         std::fs::create_dir_all(&ib).unwrap_or_else(|e| panic!("create {}: {e}", ib.display()));
         symlink(&ib, &self.root.join("sys/class/infiniband").join(name));
+        self
+    }
+
+    /// The verbs character device `name` (`uverbs3`) of the function's RDMA device, as the kernel
+    /// lists it under the device (`infiniband_verbs/<name>`, with `ibdev` naming the RDMA device).
+    pub fn uverbs(self, name: &str) -> FakeFunction {
+        let verbs = self.dev.join("infiniband_verbs").join(name);
+        let ibdev = std::fs::read_dir(self.dev.join("infiniband"))
+            .ok()
+            .and_then(|mut rd| rd.next())
+            .and_then(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .unwrap_or_default();
+        write(&verbs.join("ibdev"), &format!("{ibdev}\n"));
+        symlink(&verbs, &self.root.join("sys/class/infiniband_verbs").join(name));
         self
     }
 

@@ -9,7 +9,8 @@
 //! - `sys/bus/pci/devices/<vf>/physfn`, the link back to the PF;
 //! - `<dev>/net/<ifname>/` (the netdev while it is in the reader's network namespace: a VF moved
 //!   into a pod disappears from here), with `operstate`, `speed` (Mb/s, `-1` when unknown),
-//!   `address` and `mtu`; `<dev>/infiniband/<rdma>` for RDMA-capable functions; `<dev>/driver`,
+//!   `address` and `mtu`; `<dev>/infiniband/<rdma>` for RDMA-capable functions, with their verbs
+//!   device `<dev>/infiniband_verbs/uverbs<N>` (`/dev/infiniband/uverbs<N>`); `<dev>/driver`,
 //!   a link whose last component names the driver; `<dev>/numa_node`.
 
 use std::path::Path;
@@ -58,6 +59,10 @@ pub struct PciFunction {
     /// The RDMA device (`mlx5_4`), when the function has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rdma_device: Option<String>,
+    /// The RDMA device's verbs character device (`uverbs4`, `/dev/infiniband/uverbs4` on the
+    /// host), when the function has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uverbs: Option<String>,
     /// NUMA node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub numa_node: Option<u32>,
@@ -159,6 +164,7 @@ fn read_function(dev: &Path, notes: &mut Vec<String>) -> PciFunction {
     PciFunction {
         driver: link_name(&dev.join("driver")),
         rdma_device: list_dir(&dev.join("infiniband"), notes).into_iter().next(),
+        uverbs: list_dir(&dev.join("infiniband_verbs"), notes).into_iter().next(),
         numa_node: read_numa_node(&dev.join("numa_node"), notes),
         pci_path: std::fs::canonicalize(dev).ok().and_then(|p| PciPath::from_sysfs_path(&p)),
         netdev,
@@ -245,7 +251,10 @@ mod tests {
         tree.pf("0000:3b:00.0", &["0000:00:02.0", "0000:3a:00.0", "0000:3a:01.0"], "ens1f0", 1)
             .link("ens1f0", "up", 100_000)
             .rdma("mlx5_0");
-        tree.vf("0000:3b:00.0", 1, "0000:3b:00.3", Some("ens1f0v1")).rdma("mlx5_3").driver("mlx5_core");
+        tree.vf("0000:3b:00.0", 1, "0000:3b:00.3", Some("ens1f0v1"))
+            .rdma("mlx5_3")
+            .uverbs("uverbs3")
+            .driver("mlx5_core");
         tree.vf("0000:3b:00.0", 0, "0000:3b:00.2", Some("ens1f0v0")).link("ens1f0v0", "down", 100_000);
         // A PF without VFs enabled, and a plain device, are not SR-IOV inventory.
         tree.pf("0000:5e:00.0", &["0000:00:03.0"], "ens2f0", 0);
@@ -269,6 +278,8 @@ mod tests {
         assert_eq!(pf.vfs[0].pci_address, "0000:3b:00.2");
         assert!(pf.vfs[0].function.link.is_down());
         assert_eq!(pf.vfs[1].function.rdma_device.as_deref(), Some("mlx5_3"));
+        assert_eq!(pf.vfs[1].function.uverbs.as_deref(), Some("uverbs3"));
+        assert_eq!(pf.vfs[0].function.uverbs, None);
         assert_eq!(pf.vfs[1].function.driver.as_deref(), Some("mlx5_core"));
         assert_eq!(pf.vfs[1].function.numa_node, Some(1));
         assert_eq!(pf.vfs[1].function.pci_path.as_ref().unwrap().root, "pci0000:00");
