@@ -23,13 +23,14 @@ use weft_agent::policy::TopologyPolicy;
 use weft_agent::service::{self, Mode, ServiceConfig};
 use weft_deviceplugin::PluginOptions as DevicePluginOptions;
 use weft_deviceplugin::handshake::NodePods;
-use weft_deviceplugin::podresources::PodResourcesClient;
+use weft_deviceplugin::podresources::{AssignedDevices, PodResourcesClient};
 use weft_gpu_plugin::writeback::KubeAnnotator;
 use weft_gpu_plugin::{DeviceListStrategy, GpuInventory, GpuPlugin, GpuPluginConfig};
 use weft_kube::write::RetryPolicy;
 use weft_net::config::PhysnetConfig;
 use weft_nri::plugin::PluginOptions;
 use weft_record::node_agent::{Discover, PublisherConfig, PublisherMetrics, keep_topology_published};
+use weft_sriov_plugin::{SriovPlugin, SriovPlugins, VfInventory, gpu_places};
 use weft_topology::discover::{DiscoveryCache, SysfsRoot, read_cpu_layout, read_sriov};
 use weft_topology::model::uniform_node;
 use weft_topology::{CpuSet, NodeTopology, PairLink, read_node_file};
@@ -141,6 +142,17 @@ pub struct SriovArgs {
     /// VLAN per physnet: `physnet2:100` (with --physical-device-mappings).
     #[arg(long, default_value = "", value_name = "VLANS", requires = "physical_device_mappings")]
     physnet_vlans: String,
+    /// Serve each physnet's VFs to the kubelet as `sriov.weft.io/<physnet>` (socket
+    /// `weft-sriov-<physnet>.sock` in --device-plugin-dir), answering each pod's recorded VF
+    /// decision and writing back `weft.io/vf-ids` (docs/sriov.md).
+    #[arg(long)]
+    sriov_plugin: bool,
+    /// Re-read the VFs' PF links (health) this often, seconds.
+    #[arg(long, default_value_t = 10, value_name = "SECONDS")]
+    sriov_health_period: u64,
+    /// Write back `weft.io/vf-ids` at least this often, seconds (and after every allocation).
+    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    sriov_write_back_period: u64,
 }
 
 impl SriovArgs {
@@ -153,6 +165,39 @@ impl SriovArgs {
         };
         Ok(Some(cfg))
     }
+}
+
+/// One VF plugin per physnet with VFs on this node, choosing near the GPUs of `topology`.
+fn sriov_plugins(
+    a: &AgentArgs,
+    physnets: &PhysnetConfig,
+    topology: Option<&NodeTopology>,
+) -> anyhow::Result<Vec<Arc<SriovPlugin>>> {
+    if a.sriov.sriov_health_period == 0 || a.sriov.sriov_write_back_period == 0 {
+        anyhow::bail!("--sriov-health-period and --sriov-write-back-period must be at least 1 second");
+    }
+    let root = SysfsRoot::new(a.discover.root());
+    let mut notes = Vec::new();
+    let inventory = read_sriov(&root, &mut notes);
+    let per_physnet = VfInventory::per_physnet(physnets, &inventory, &mut notes)?;
+    let gpus = topology.map(|t| gpu_places(t, &root, &mut notes)).unwrap_or_default();
+    for note in &notes {
+        tracing::info!(note = %note, "SR-IOV discovery");
+    }
+    let pods: Arc<dyn NodePods> = Arc::new(KubeletPods(Arc::new(kubelet_client(&a.orm)?)));
+    let assigned: Arc<dyn AssignedDevices> = Arc::new(PodResourcesClient::new(a.gpu.pod_resources_socket.clone()));
+    Ok(per_physnet
+        .into_iter()
+        .filter(|(physnet, vfs)| {
+            if vfs.is_empty() {
+                tracing::warn!(%physnet, "no VFs of this physnet on the node: its resource is not served");
+            }
+            !vfs.is_empty()
+        })
+        .map(|(physnet, vfs)| {
+            Arc::new(SriovPlugin::new(&physnet, &a.node, vfs, gpus.clone(), pods.clone(), assigned.clone()))
+        })
+        .collect())
 }
 
 /// `discover` with the node's VFs of `physnets` added (read from sysfs under `root`).
@@ -344,10 +389,13 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     if a.interval == 0 {
         anyhow::bail!("--interval must be at least 1 second");
     }
-    if !a.publish_topology && a.orm.mode == ModeArg::Off && !a.gpu.gpu_plugin {
-        anyhow::bail!("nothing to do: --publish-topology=false, --mode off and no --gpu-plugin");
+    if !a.publish_topology && a.orm.mode == ModeArg::Off && !a.gpu.gpu_plugin && !a.sriov.sriov_plugin {
+        anyhow::bail!("nothing to do: --publish-topology=false, --mode off, no --gpu-plugin and no --sriov-plugin");
     }
     let physnets = a.sriov.physnets()?;
+    if a.sriov.sriov_plugin && physnets.is_none() {
+        anyhow::bail!("--sriov-plugin needs the physnets: --physnet-config or --physical-device-mappings");
+    }
     let discover: Discover = match a.topology.clone() {
         Some(path) => Arc::new(move || read_node_file(&path).map_err(|e| e.to_string())),
         None => {
@@ -367,7 +415,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     };
     // One discovery at start (cached on disk): the resource manager's GPU NUMA map and the GPU
     // plugin's devices.
-    let topology = if a.orm.mode == ModeArg::Off && !a.gpu.gpu_plugin {
+    let topology = if a.orm.mode == ModeArg::Off && !a.gpu.gpu_plugin && !a.sriov.sriov_plugin {
         None
     } else {
         match discover() {
@@ -382,6 +430,10 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     let gpu_plugin = match (&topology, a.gpu.gpu_plugin) {
         (Some(t), true) => Some(gpu_plugin(&a, t)?),
         _ => None,
+    };
+    let sriov = match (&physnets, a.sriov.sriov_plugin) {
+        (Some(p), true) => sriov_plugins(&a, p, topology.as_ref())?,
+        _ => Vec::new(),
     };
     let service = if a.orm.mode == ModeArg::Off { None } else { Some(service_config(&a, topology)?) };
     component::run("agent", &a.ops, |c| async move {
@@ -422,6 +474,38 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
                 sd.cancel();
                 r
             }));
+        }
+        if !sriov.is_empty() {
+            let client = a.kube.client().await?;
+            for plugin in &sriov {
+                let endpoint = format!("weft-sriov-{}.sock", plugin.physnet());
+                let options = DevicePluginOptions::new(&a.gpu.device_plugin_dir, &endpoint);
+                note(format_args!(
+                    "weft agent on node {}: VF device plugin for {} ({} VFs) on {}",
+                    a.node,
+                    plugin.resource(),
+                    plugin.inventory().len(),
+                    a.gpu.device_plugin_dir.join(&endpoint).display()
+                ));
+                let (plugin, sd) = (plugin.clone(), c.shutdown.clone());
+                tasks.push(tokio::spawn(async move {
+                    let what = format!("VF device plugin {}", plugin.resource());
+                    let r = weft_deviceplugin::serve(plugin, options, sd.clone()).await.context(what);
+                    sd.cancel();
+                    r
+                }));
+            }
+            let root = SysfsRoot::new(a.discover.root());
+            let health = Duration::from_secs(a.sriov.sriov_health_period);
+            tasks.push(tokio::spawn(
+                weft_sriov_plugin::health::watch_health(sriov.clone(), root, health, c.shutdown.clone()).map(Ok),
+            ));
+            let annotator = Arc::new(KubeAnnotator::new(client, a.field_manager.clone()));
+            let period = Duration::from_secs(a.sriov.sriov_write_back_period);
+            let plugins = SriovPlugins::new(sriov)?;
+            tasks.push(tokio::spawn(
+                weft_sriov_plugin::writeback::run(plugins, annotator, period, c.shutdown.clone()).map(Ok),
+            ));
         }
         if a.publish_topology {
             let client = a.kube.client().await?;

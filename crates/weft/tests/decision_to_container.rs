@@ -32,11 +32,16 @@ use weft_fakeapi::FakeApiServer;
 use weft_gpu_plugin::writeback::KubeAnnotator;
 use weft_gpu_plugin::{DeviceListStrategy, GpuInventory, GpuPlugin, GpuPluginConfig};
 use weft_kubelet_harness::{PodList, TestKubelet};
+use weft_net::choice::shares_switch;
+use weft_net::config::PhysnetConfig;
 use weft_nri::api;
 use weft_nri::plugin::{self, PluginOptions as NriOptions, RuntimeHandle, SocketSource};
 use weft_nri_harness::{Runtime, RuntimeOptions};
 use weft_record::usage::parse_gpu_ids;
+use weft_record::vf_usage::{VF_IDS_ANNOTATION, parse_vf_ids};
 use weft_record::{GPU_DECISION_ANNOTATION, GPU_IDS_ANNOTATION, GpuDecision, TOPOLOGY_ANNOTATION};
+use weft_sriov_plugin::{GpuPlace, SriovPlugin, SriovPlugins, VfInventory, gpu_places};
+use weft_topology::discover::{FakeSriovTree, read_sriov};
 use weft_topology::{CpuLayout, CpuSet, NodeTopology};
 
 const HANG_GUARD: Duration = Duration::from_secs(60);
@@ -178,8 +183,12 @@ struct ControlPlane {
 }
 
 async fn control_plane() -> ControlPlane {
+    control_plane_for(&topology()).await
+}
+
+async fn control_plane_for(topology: &NodeTopology) -> ControlPlane {
     let api = FakeApiServer::start().await;
-    let topo = weft_topology::inventory::to_json(&topology());
+    let topo = weft_topology::inventory::to_json(topology);
     let node: Node = serde_json::from_value(json!({
         "metadata": {"name": NODE, "annotations": {TOPOLOGY_ANNOTATION: topo}},
         "status": {"capacity": {GPU: "8", "cpu": "16", "memory": "64Gi", "pods": "110"},
@@ -202,7 +211,11 @@ async fn control_plane() -> ControlPlane {
 impl ControlPlane {
     /// Creates a Guaranteed pod asking for `gpus` GPUs and 4 CPUs.
     async fn create_pod(&self, name: &str, gpus: u32) -> Pod {
-        let resources = json!({"cpu": "4", "memory": "1Gi", GPU: gpus.to_string()});
+        self.create_pod_with(name, json!({"cpu": "4", "memory": "1Gi", GPU: gpus.to_string()})).await
+    }
+
+    /// Creates a Guaranteed pod whose one container asks for `resources`.
+    async fn create_pod_with(&self, name: &str, resources: Value) -> Pod {
         let pod: Pod = serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": "ml"},
             "spec": {"schedulerName": "default-scheduler",
@@ -403,4 +416,146 @@ async fn with_the_agent_restarted_between_allocate_and_the_write_back() {
     kubelet.add_pod(pod.clone());
     assert_cpus_on_numa_of(&run_under_nri(&dirs, &kubelet, &pod).await, &got);
     agent.kill().await;
+}
+
+/// The node of the VF loop, in sysfs and as its agent publishes it: four GPUs on two PCIe switches
+/// (GPU0–1 on switch A of root 00, NUMA 0; GPU2–3 on switch B of root 80, NUMA 1), the PF ens1f0
+/// under switch A and ens2f0 under switch B, each with two VFs of physnet `fabric`.
+fn vf_node(root: &std::path::Path) -> (FakeSriovTree, NodeTopology) {
+    let tree = FakeSriovTree::new(root);
+    let a = ["0000:00:01.0", "0000:01:00.0"];
+    let b = ["0000:80:01.0", "0000:81:00.0"];
+    tree.pf("0000:03:00.0", &[a[0], a[1], "0000:02:00.0"], "ens1f0", 0).link("ens1f0", "up", 200_000);
+    tree.pf("0000:83:00.0", &[b[0], b[1], "0000:82:00.0"], "ens2f0", 1).link("ens2f0", "up", 200_000);
+    for i in 0..2 {
+        tree.vf("0000:03:00.0", i, &format!("0000:03:00.{}", i + 2), None);
+        tree.vf("0000:83:00.0", i, &format!("0000:83:00.{}", i + 2), None);
+    }
+    let gpus = [("0000:04:00.0", a, "0000:02:01.0", 0), ("0000:05:00.0", a, "0000:02:02.0", 0)];
+    let more = [("0000:84:00.0", b, "0000:82:01.0", 1), ("0000:85:00.0", b, "0000:82:02.0", 1)];
+    for (bus, [r, s], port, numa) in gpus.into_iter().chain(more) {
+        tree.pci_device(bus, &[r, s, port], numa);
+    }
+    let text = "\tGPU0\tGPU1\tGPU2\tGPU3\tNIC0\tNIC1\n\
+                GPU0\t X \tPIX\tSYS\tSYS\tPIX\tSYS\n\
+                GPU1\tPIX\t X \tSYS\tSYS\tPIX\tSYS\n\
+                GPU2\tSYS\tSYS\t X \tPIX\tSYS\tPIX\n\
+                GPU3\tSYS\tSYS\tPIX\t X \tSYS\tPIX\n\
+                NIC0\tPIX\tPIX\tSYS\tSYS\t X \tSYS\n\
+                NIC1\tSYS\tSYS\tPIX\tPIX\tSYS\t X \n";
+    let mut node = weft_topology::parse_node(text, "vf-node").unwrap();
+    node.name = Some(NODE.to_string());
+    for (g, bus) in node.gpus.iter_mut().zip(["0000:04:00.0", "0000:05:00.0", "0000:84:00.0", "0000:85:00.0"]) {
+        g.uuid = Some(format!("GPU-00000000-0000-0000-0000-00000000000{}", g.index));
+        g.pci_bus_id = Some(bus.to_string());
+        g.numa_node = Some(g.index / 2);
+    }
+    for (n, (bus, netdev)) in node.nics.iter_mut().zip([("0000:03:00.0", "ens1f0"), ("0000:83:00.0", "ens2f0")]) {
+        n.pci_bus_id = Some(bus.to_string());
+        n.netdev = Some(netdev.to_string());
+    }
+    // What `weft agent --physical-device-mappings fabric:ens1f0,fabric:ens2f0` publishes.
+    let mut notes = Vec::new();
+    let inventory = read_sriov(&tree.root(), &mut notes);
+    let vfs = physnets().topology_vfs(&node, &inventory, &mut notes);
+    assert!(notes.is_empty(), "{notes:?}");
+    node.set_vfs(vfs).unwrap();
+    (tree, node)
+}
+
+fn physnets() -> PhysnetConfig {
+    PhysnetConfig::from_seed("fabric:ens1f0,fabric:ens2f0", "", "").unwrap()
+}
+
+/// The agent's VF half for physnet `fabric`: its device plugin served to the kubelet.
+fn start_vf_plugin(
+    kubelet: &TestKubelet,
+    dirs: &Dirs,
+    tree: &FakeSriovTree,
+    node: &NodeTopology,
+    stop: &CancellationToken,
+) -> Arc<SriovPlugin> {
+    let mut notes = Vec::new();
+    let inventory = read_sriov(&tree.root(), &mut notes);
+    let mut per_physnet = VfInventory::per_physnet(&physnets(), &inventory, &mut notes).unwrap();
+    let gpus = gpu_places(node, &tree.root(), &mut notes);
+    assert!(notes.is_empty(), "{notes:?}");
+    let assigned: Arc<dyn AssignedDevices> = Arc::new(PodResourcesClient::new(dirs.pod_resources.clone()));
+    let vfs = per_physnet.remove("fabric").unwrap();
+    let plugin = Arc::new(SriovPlugin::new("fabric", NODE, vfs, gpus, Arc::new(KubeletPods(kubelet.pods())), assigned));
+    let mut options = PluginOptions::new(&dirs.device_plugins, "weft-sriov-fabric.sock");
+    options.kubelet_check = Duration::from_millis(20);
+    options.register_retry = Duration::from_millis(20);
+    tokio::spawn({
+        let (plugin, stop) = (plugin.clone(), stop.clone());
+        async move { weft_deviceplugin::serve(plugin, options, stop).await.unwrap() }
+    });
+    plugin
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pod_asking_for_two_gpus_and_a_vf_gets_the_vf_under_its_gpus_pcie_switch() {
+    const FABRIC: &str = "sriov.weft.io/fabric";
+    let dirs = dirs();
+    let (tree, node) = vf_node(&dirs._root.path().join("host"));
+    let cp = control_plane_for(&node).await;
+    let kubelet = start_kubelet(&dirs).await;
+    let stop = CancellationToken::new();
+    let cfg = GpuPluginConfig { resource: GPU.into(), node: NODE.into(), strategy: DeviceListStrategy::Envvar };
+    let assigned: Arc<dyn AssignedDevices> = Arc::new(PodResourcesClient::new(dirs.pod_resources.clone()));
+    let gpu_plugin = Arc::new(GpuPlugin::new(
+        cfg,
+        GpuInventory::new(&node).unwrap(),
+        Arc::new(KubeletPods(kubelet.pods())),
+        assigned,
+    ));
+    let mut options = PluginOptions::new(&dirs.device_plugins, "weft-gpu.sock");
+    options.kubelet_check = Duration::from_millis(20);
+    options.register_retry = Duration::from_millis(20);
+    tokio::spawn({
+        let stop = stop.clone();
+        async move { weft_deviceplugin::serve(gpu_plugin, options, stop).await.unwrap() }
+    });
+    let vf_plugin = start_vf_plugin(&kubelet, &dirs, &tree, &node, &stop);
+    guard(
+        "registration",
+        kubelet.wait_for(|s| s.devices.contains_key(GPU) && s.devices.get(FABRIC).is_some_and(|d| d.len() == 4)),
+    )
+    .await;
+
+    // A first pod takes switch A's GPU pair; the trainer's GPUs are then switch B's, and its VF
+    // must follow them there.
+    let first = cp.schedule(&cp.create_pod("first", 2).await).await;
+    assert_eq!(admitted_gpus(&kubelet, &first).await, [0, 1]);
+    let resources = json!({"cpu": "4", "memory": "1Gi", GPU: "2", FABRIC: "1"});
+    let pod = cp.schedule(&cp.create_pod_with("trainer", resources).await).await;
+    let decided = decision(&pod);
+    assert_eq!(decided.gpus, [2, 3]);
+    assert_eq!(decided.vfs["fabric"], ["0000:83:00.2"], "the VF of ens2f0, under GPU2-3's switch");
+
+    let got = kubelet.admit(&pod).await.unwrap();
+    let of = |resource: &str| got.iter().find(|a| a.resource == resource).unwrap();
+    let gpus: Vec<usize> = of(GPU).devices.iter().map(|d| index_of(d)).collect();
+    assert_eq!(gpus, [2, 3], "the kubelet's Allocate carried the decided GPUs");
+    let vf = of(FABRIC);
+    assert_eq!(vf.devices, decided.vfs["fabric"], "and the decided VF");
+    assert_eq!(vf.response.envs["PCIDEVICE_SRIOV_WEFT_IO_FABRIC"], "0000:83:00.2");
+    // The VF really shares a PCIe switch with the pod's GPUs, judged from sysfs (not from the
+    // published relations the decision used).
+    let mut notes = Vec::new();
+    let places = gpu_places(&node, &tree.root(), &mut notes);
+    let pod_gpus: Vec<_> = places.iter().filter(|p| gpus.contains(&p.index)).map(GpuPlace::place).collect();
+    let given = vf_plugin.inventory().get("0000:83:00.2").unwrap();
+    assert!(shares_switch(&given.place(), &pod_gpus));
+    let other_gpus: Vec<_> = places.iter().filter(|p| !gpus.contains(&p.index)).map(GpuPlace::place).collect();
+    assert!(!shares_switch(&given.place(), &other_gpus));
+
+    // The write-back says what the container really got.
+    let annotator = Arc::new(KubeAnnotator::new(cp.api.client(), "weft-agent"));
+    let plugins = SriovPlugins::new(vec![vf_plugin]).unwrap();
+    weft_sriov_plugin::writeback::reconcile_once(&plugins, annotator.as_ref()).await.unwrap();
+    let stored = cp.get("trainer").await;
+    let vf_ids = stored.metadata.annotations.as_ref().unwrap().get(VF_IDS_ANNOTATION).unwrap();
+    assert_eq!(parse_vf_ids(vf_ids).unwrap(), decided.vfs);
+    stop.cancel();
 }
