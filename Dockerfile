@@ -1,7 +1,9 @@
 # syntax=docker/dockerfile:1
 #
-# The weft image: one binary, /usr/local/bin/weft; each Deployment or DaemonSet in deploy/ picks its
-# subcommand through `args:` (scheduler-extender, controller, agent, webhook).
+# The weft image: the binary /usr/local/bin/weft, whose subcommand each Deployment or DaemonSet in
+# deploy/ picks through `args:` (scheduler-extender, controller, agent, webhook, install-cni), and the
+# CNI plugin /usr/local/bin/weft-cni, which the SR-IOV component's init container copies onto the
+# node (`weft install-cni`; docs/sriov.md, "Deploy").
 #
 #   docker build -t registry.example.com/platform/weft:0.1.0 .
 #
@@ -19,24 +21,33 @@ ARG RUST_IMAGE=rust:1.95-bookworm
 ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
 
 FROM ${RUST_IMAGE} AS build
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 WORKDIR /src
 # rust-toolchain.toml pins the exact toolchain; install it if the image's differs (a no-op if not).
 COPY rust-toolchain.toml ./
 RUN rustup toolchain install
 COPY Cargo.toml Cargo.lock ./
 COPY crates ./crates
-# Caches survive between builds (BuildKit); the binary is copied out of the cached target dir.
+# Caches survive between builds (BuildKit); the binaries are copied out of the cached target dir.
+# weft-cni runs on the host, not in this image, so it is linked statically (glibc's crt-static): it
+# then needs nothing of the host's C library, whatever its version. It is built for the host triple
+# named explicitly, so RUSTFLAGS reach only it and not the build scripts and proc macros.
 RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
     --mount=type=cache,target=/usr/local/cargo/git,sharing=locked \
     --mount=type=cache,target=/src/target,sharing=locked \
     cargo build --release --locked -p weft --features nvml \
-    && install -D -m 0755 target/release/weft /out/weft
+    && install -D -m 0755 target/release/weft /out/weft \
+    && triple="$(rustc -vV | sed -n 's/^host: //p')" \
+    && RUSTFLAGS="-C target-feature=+crt-static" \
+       cargo build --release --locked -p weft-cni --target "$triple" \
+    && install -D -m 0755 "target/$triple/release/weft-cni" /out/weft-cni
 
 FROM ${RUNTIME_IMAGE}
 LABEL org.opencontainers.image.title="weft" \
       org.opencontainers.image.description="GPU topology-aware placement and wiring for Kubernetes" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /out/weft /usr/local/bin/weft
+COPY --from=build /out/weft-cni /usr/local/bin/weft-cni
 # distroless' nonroot user; the node agent's DaemonSet overrides it (docs/deploy.md).
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/weft"]

@@ -6,7 +6,10 @@
 #      the opt-in components on top of each);
 #   3. validate every rendered object against the Kubernetes ${K8S_VERSION} OpenAPI schemas bundled
 #      in kubernetes-validate, strictly (unknown fields fail). Custom resources without a bundled
-#      schema are skipped with a note, except those whose CRD is in deploy/ (checked against it);
+#      schema are skipped with a note, except those whose CRD is in deploy/ (checked against it) or
+#      in EXTERNAL_CRDS (Multus' NetworkAttachmentDefinition). The same for every object under
+#      deploy/examples, whose weft-cni network configurations are also read as weft-cni reads them
+#      and checked against the sriov component's physnets and the pods that attach them;
 #   4. weft's own rules: security defaults on every pod, probes on declared ports, one ClusterRole
 #      per component bound to its ServiceAccount, the agent's admission policy naming the agent's
 #      real service account, webhook and kube-scheduler configuration pointing at real Services;
@@ -128,6 +131,7 @@ TARGETS=(
   "overlays/example+webhook+webhook-cert-manager|overlays/example|webhook webhook-cert-manager"
   "base+agent-nvidia-runtime|base|agent-nvidia-runtime"
   "base+gpu-plugin|base|gpu-plugin"
+  "base+sriov|base|sriov"
   "base+extender-cert-manager|base|extender-cert-manager"
   "base+webhook+network-policies|base|webhook network-policies"
 )
@@ -179,6 +183,7 @@ HELM_TARGETS=(
     {$EXAMPLE_VALUES, webhook: {enabled: true, certManager: {enabled: true}}}"
   "helm:base+agent-nvidia-runtime|base+agent-nvidia-runtime|weft-system|{agent: {nvidiaRuntime: {enabled: true}}}"
   "helm:base+gpu-plugin|base+gpu-plugin|weft-system|{agent: {gpuPlugin: {enabled: true}}}"
+  "helm:base+sriov|base+sriov|weft-system|{agent: {sriov: {enabled: true}}}"
   "helm:base+extender-cert-manager|base+extender-cert-manager|weft-system|{extender: {certManager: {enabled: true}}}"
   "helm:base+webhook+network-policies|base+webhook+network-policies|weft-system|
     {webhook: {enabled: true}, networkPolicies: {enabled: true}}"
@@ -188,7 +193,7 @@ HELM_TARGETS=(
     imagePullSecrets: [{name: registry}], controller: {extraArgs: [--lease-duration=15]},
     extender: {pathPrefix: /weft, logLevel: info, extraArgs: [--request-timeout-ms=2000], certManager: {enabled: true}},
     agent: {nodeSelector: {nvidia.com/gpu.present: \"true\"}, gpuPlugin: {enabled: true, resourceName: weft.io/gpu,
-      deviceListStrategy: cdi}, nvidiaRuntime: {enabled: true}},
+      deviceListStrategy: cdi}, nvidiaRuntime: {enabled: true}, sriov: {enabled: true, cniBinDir: /home/kubernetes/bin}},
     webhook: {enabled: true, schedulerName: volcano, certManager: {enabled: true}},
     networkPolicies: {enabled: true, controlPlaneCIDRs: [10.0.0.0/24, 10.0.1.0/24]}}"
 )
@@ -292,6 +297,9 @@ with helm.Chart.load(CHART_DIR) as chart:
     refusals = [
         ({"bogus": True}, "bogus", "an unknown top-level key"),
         ({"agent": {"gpuPlugin": {"enabeld": True}}}, "enabeld", "an unknown key in agent.gpuPlugin"),
+        ({"agent": {"sriov": {"enabeld": True}}}, "enabeld", "an unknown key in agent.sriov"),
+        ({"agent": {"sriov": {"enabled": True, "physnets": "- physnet2"}}}, "agent.sriov.physnets",
+         "agent.sriov.physnets that is not a physnets file"),
         ({"extender": {"replicas": "3"}}, "replicas", "a string for extender.replicas"),
         ({"webhook": {"certManager": {"enabled": True}}}, "needs webhook.enabled",
          "webhook.certManager.enabled without webhook.enabled"),
@@ -367,9 +375,11 @@ log "validating rendered objects (Kubernetes $K8S_VERSION schemas, strict), weft
 """Validate rendered manifests. argv: ROOT WORK K8S_VERSION name=file...
 Targets named helm:... come from the chart; WORK/helm-targets.json says which kustomize target each
 must equal and in which namespace it was rendered."""
+import ipaddress
 import json
 import os
 import re
+import subprocess
 import sys
 
 import jsonschema
@@ -480,6 +490,17 @@ def strict_crd_schema(schema, root=True):
 
 
 CRDS = {k: strict_crd_schema(v) for k, v in crd_schemas().items()}
+# CRDs of other projects that deploy/examples use, with the schema those projects install (checked
+# like weft's own). Multus' NetworkAttachmentDefinition: k8snetworkplumbingwg/multus-cni,
+# deployments/multus-daemonset.yml (v4).
+EXTERNAL_CRDS = {
+    ("k8s.cni.cncf.io", "v1", "NetworkAttachmentDefinition"): {
+        "type": "object",
+        "properties": {"spec": {"type": "object", "properties": {"config": {"type": "string"}}}},
+    },
+}
+for _k, _v in EXTERNAL_CRDS.items():
+    CRDS.setdefault(_k, strict_crd_schema(_v))
 
 
 def validate_object(where, obj):
@@ -526,7 +547,8 @@ def check_workload(where, obj):
         err(where, "set automountServiceAccountToken explicitly (true only where the code calls the API)")
     if spec.get("hostNetwork") or spec.get("hostPID") or spec.get("hostIPC"):
         err(where, "host namespaces are not allowed")
-    for c in (spec.get("initContainers") or []) + (spec.get("containers") or []):
+    for init, c in [(True, c) for c in spec.get("initContainers") or []] + \
+                   [(False, c) for c in spec.get("containers") or []]:
         cw = f"{where} container {c.get('name')}"
         sc = c.get("securityContext") or {}
         if sc.get("allowPrivilegeEscalation") is not False:
@@ -549,7 +571,17 @@ def check_workload(where, obj):
         image = c.get("image", "")
         if not re.search(r"(:[\w.-]+|@sha256:[0-9a-f]{64})$", image.rsplit("/", 1)[-1]):
             err(cw, f"image {image!r} has no tag or digest (set it in the base's images:)")
+        volumes = {v.get("name") for v in spec.get("volumes") or []}
+        for m in c.get("volumeMounts") or []:
+            if m.get("name") not in volumes:
+                err(cw, f"volumeMount {m.get('name')!r} names no volume of the pod")
         ports = {p.get("name") for p in c.get("ports") or []} | {p.get("containerPort") for p in c.get("ports") or []}
+        if init and c.get("restartPolicy") != "Always":
+            # An init container runs to completion: the API server refuses probes on it.
+            for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+                if c.get(probe):
+                    err(cw, f"{probe} on an init container (the API server refuses it)")
+            continue
         for probe in ("readinessProbe", "livenessProbe"):
             p = c.get(probe)
             if not p:
@@ -736,19 +768,242 @@ def check_scheduler_config(services, deployments):
             err(where, f"httpTimeout {e.get('httpTimeout')!r} must exceed the extender's request timeout")
 
 
-def check_examples():
-    """Custom resources under deploy/examples against their CRDs (when the CRD is in deploy/)."""
+def check_examples(renders):
+    """Every object under deploy/examples (subdirectories too): built-in kinds against the
+    Kubernetes schemas, custom resources against their CRDs (weft's, or EXTERNAL_CRDS), and, per
+    directory, weft-cni's network configurations and the pods that use them (check_cni_examples)."""
     d = os.path.join(ROOT, "deploy", "examples")
     if not os.path.isdir(d):
         return
-    for f in sorted(os.listdir(d)):
-        if not f.endswith((".yaml", ".yml")):
+    for dirpath, dirs, files in os.walk(d):
+        dirs.sort()
+        objs = []
+        for f in sorted(files):
+            if not f.endswith((".yaml", ".yml")):
+                continue
+            path = os.path.relpath(os.path.join(dirpath, f), ROOT)
+            with open(os.path.join(dirpath, f)) as fh:
+                for obj in yaml.safe_load_all(fh):
+                    if isinstance(obj, dict) and obj.get("kind"):
+                        where = ident("examples", path, obj)
+                        validate_object(where, obj)
+                        objs.append((where, obj))
+        check_cni_examples(objs, renders)
+
+
+# weft-cni's configuration (crates/weft-cni/src/conf.rs, docs/cni.md): the versions it speaks and
+# the keys it reads, besides the spec's own. weft-cni passes unknown keys, as the spec says; an
+# example must not rely on that (a misspelt key would be ignored on the node).
+WEFT_CNI_VERSIONS = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
+WEFT_CNI_KEYS = {"cniVersion", "name", "type", "capabilities", "args", "runtimeConfig", "deviceID", "physnet",
+                 "physnetConfig", "vlan", "vlanQoS", "vlanProto", "mac", "mtu", "ipam", "dns", "interfaceNames",
+                 "sysfsRoot", "cacheDir", "podResourcesSocket", "lockTimeoutMs"}
+NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
+RESOURCE_ANNOTATION = "k8s.v1.cni.cncf.io/resourceName"
+
+
+def sriov_facts(renders):
+    """From the base+sriov render: the file name `weft install-cni` gives weft-cni on the host (the
+    `type` its network configurations must name) and the physnets of the ConfigMap weft-physnets."""
+    name, physnets = None, None
+    for _, o in renders.get("base+sriov") or []:
+        if o["kind"] == "DaemonSet" and o["metadata"]["name"] == "weft-agent":
+            for c in pod_spec(o).get("initContainers") or []:
+                if (c.get("args") or [None])[0] == "install-cni":
+                    args = c["args"]
+                    name = "weft-cni"  # install-cni's default --name
+                    for i, a in enumerate(args):
+                        if a.startswith("--name="):
+                            name = a.split("=", 1)[1]
+                        elif a == "--name" and i + 1 < len(args):
+                            name = args[i + 1]
+        if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "weft-physnets":
+            text = (o.get("data") or {}).get("physnets.yaml") or ""
+            physnets = {p.get("name"): p for p in (yaml.safe_load(text) or {}).get("physnets") or []}
+    return name, physnets
+
+
+def check_weft_cni_config(where, conf, nad, installed, physnets):
+    """One weft-cni network configuration (conf.rs's rules) against the physnets it names."""
+    def bad(msg):
+        err(where, f"spec.config: {msg}")
+    if conf.get("cniVersion") not in WEFT_CNI_VERSIONS:
+        bad(f"cniVersion {conf.get('cniVersion')!r} is not one weft-cni speaks {WEFT_CNI_VERSIONS}")
+    if not re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*", str(conf.get("name", ""))):
+        bad(f"name {conf.get('name')!r} is not a network name ([a-zA-Z0-9][a-zA-Z0-9_.-]*)")
+    for k in sorted(set(conf) - WEFT_CNI_KEYS):
+        bad(f"{k!r} is not a key weft-cni reads (docs/cni.md, \"Configuration\")")
+    physnet = conf.get("physnet")
+    entry = None
+    if physnet is not None:
+        if not isinstance(physnet, str) or not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?", physnet):
+            bad(f"physnet {physnet!r} is not a physnet name")
+        elif physnets is None:
+            bad("names a physnet, but the base+sriov render has no ConfigMap weft-physnets to check it against")
+        elif physnet not in physnets:
+            bad(f"physnet {physnet!r} is not in the sriov component's physnets ({sorted(physnets)})")
+        else:
+            entry = physnets[physnet]
+    resource = ((nad.get("metadata") or {}).get("annotations") or {}).get(RESOURCE_ANNOTATION)
+    if nad["kind"] == "NetworkAttachmentDefinition" and "deviceID" not in conf:
+        want = f"sriov.weft.io/{physnet}" if isinstance(physnet, str) else "sriov.weft.io/<physnet>"
+        if resource != want:
+            err(where, f"annotation {RESOURCE_ANNOTATION} is {resource!r}; Multus hands weft-cni the pod's VF "
+                       f"(deviceID) only from the resource {want!r}")
+    vlan = conf.get("vlan")
+    if vlan is not None and (not isinstance(vlan, int) or isinstance(vlan, bool) or not 0 <= vlan <= 4094):
+        bad(f"vlan {vlan!r} is not a VLAN id (0-4094, 0 = untagged)")
+    if entry and vlan != entry.get("vlan") and not (vlan in (None, 0) and not entry.get("vlan")):
+        bad(f"vlan {vlan!r} differs from physnet {physnet}'s vlan {entry.get('vlan')!r}")
+    for k in ("vlanQoS", "vlanProto"):
+        if k in conf and vlan is None:
+            bad(f"{k} needs vlan")
+    if "vlanQoS" in conf and not (isinstance(conf["vlanQoS"], int) and 0 <= conf["vlanQoS"] <= 7):
+        bad(f"vlanQoS {conf['vlanQoS']!r} is not a priority (0-7)")
+    if "vlanProto" in conf and str(conf["vlanProto"]).lower() not in ("802.1q", "802.1ad"):
+        bad(f"vlanProto {conf['vlanProto']!r} is not 802.1q or 802.1ad")
+    mtu = conf.get("mtu")
+    if mtu is not None and (not isinstance(mtu, int) or isinstance(mtu, bool) or not 68 <= mtu <= 65535):
+        bad(f"mtu {mtu!r} is not an MTU (68-65535)")
+    if entry and mtu is not None and entry.get("mtu") is not None and mtu != entry["mtu"]:
+        bad(f"mtu {mtu} differs from physnet {physnet}'s mtu {entry['mtu']}")
+    if conf.get("type") != installed:
+        bad(f"type {conf.get('type')!r} is not the file `weft install-cni` installs ({installed!r})")
+    ipam = conf.get("ipam")
+    if ipam is None:
+        return
+    if not isinstance(ipam, dict):
+        bad("ipam must be an object")
+        return
+    t = ipam.get("type")
+    if t is not None and (not isinstance(t, str) or "/" in t):
+        bad(f"ipam.type {t!r} is not a plugin executable name")
+    if t == "weft" and not conf.get("physnetConfig"):
+        bad("ipam.type weft hands out the physnet's range from physnetConfig, which is not set")
+    if t == "host-local":
+        ranges = [r for rs in ipam.get("ranges") or [] for r in rs]
+        if "subnet" in ipam:
+            ranges.append({k: ipam[k] for k in ("subnet", "rangeStart", "rangeEnd", "gateway") if k in ipam})
+        if not ranges:
+            bad("ipam (host-local) has no ranges or subnet")
+        want = (entry or {}).get("subnet")
+        for i, r in enumerate(ranges):
+            try:
+                net = ipaddress.ip_network(r.get("subnet"), strict=False)
+                for k in ("rangeStart", "rangeEnd", "gateway"):
+                    if k in r and ipaddress.ip_address(r[k]) not in net:
+                        bad(f"ipam range {i}: {k} {r[k]} is outside {net}")
+            except (TypeError, ValueError) as e:
+                bad(f"ipam range {i}: {e}")
+                continue
+            if want and net != ipaddress.ip_network(want, strict=False):
+                bad(f"ipam range {i}: subnet {net} is not physnet {physnet}'s subnet {want}")
+
+
+def weft_cni_binary():
+    """A built weft-cni to read the examples' configurations with: $WEFT_CNI, else the repository's
+    target/{debug,release}/weft-cni (CI lints before it builds, so it is often not there yet)."""
+    for p in (os.environ.get("WEFT_CNI"), os.path.join(ROOT, "target", "debug", "weft-cni"),
+              os.path.join(ROOT, "target", "release", "weft-cni")):
+        if p and os.path.isfile(p) and os.access(p, os.X_OK):
+            return p
+    return None
+
+
+def run_weft_cni(where, conf):
+    """weft-cni's own parser over `conf`: STATUS reads the whole configuration (conf.rs) before it
+    looks at anything on the node; invalid configuration (7), decode (6) and version (1) errors are
+    the example's, anything else (no IPAM plugin here: 50) is the machine's."""
+    binary = weft_cni_binary()
+    if not binary:
+        notes.add("weft-cni is not built (set WEFT_CNI or build -p weft-cni): example network configurations "
+                  "checked by lint-deploy's rules only")
+        return
+    if conf.get("cniVersion") != "1.1.0":
+        notes.add(f"weft-cni STATUS needs cniVersion 1.1.0: {where} checked by lint-deploy's rules only")
+        return
+    conf = dict(conf, cacheDir=os.path.join(WORK, "weft-cni-cache"))
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "CNI_COMMAND": "STATUS",
+           "CNI_PATH": "/opt/cni/bin:/usr/lib/cni"}
+    try:
+        r = subprocess.run([binary], input=json.dumps(conf).encode(), env=env, capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        notes.add(f"could not run {binary}: {e}")
+        return
+    try:
+        answer = json.loads(r.stdout or b"{}")
+    except ValueError:
+        answer = {}
+    if r.returncode != 0 and answer.get("code") in (1, 6, 7):
+        err(where, f"spec.config: weft-cni ({os.path.relpath(binary, ROOT)}) refuses it: {answer.get('msg')}")
+    else:
+        notes.add(f"example network configurations read by {os.path.relpath(binary, ROOT)} (STATUS)")
+
+
+def check_cni_examples(objs, renders):
+    """weft-cni's network configurations among one directory's examples (NetworkAttachmentDefinitions
+    whose config, or a plugin of its list, is weft-cni), and the pods that attach them: each network
+    the pod's k8s.v1.cni.cncf.io/networks names is a NetworkAttachmentDefinition here, and the pod
+    asks for the VF resource of each."""
+    installed, physnets = sriov_facts(renders)
+    nads = {}
+    for where, o in objs:
+        if o["kind"] != "NetworkAttachmentDefinition":
             continue
-        path = os.path.relpath(os.path.join(d, f), ROOT)
-        with open(os.path.join(d, f)) as fh:
-            for obj in yaml.safe_load_all(fh):
-                if isinstance(obj, dict) and obj.get("kind"):
-                    validate_object(ident("examples", path, obj), obj)
+        md = o.get("metadata") or {}
+        nads[(md.get("namespace"), md.get("name"))] = o
+        try:
+            conf = json.loads((o.get("spec") or {}).get("config") or "")
+        except ValueError as e:
+            err(where, f"spec.config is not JSON: {e}")
+            continue
+        if not isinstance(conf, dict):
+            err(where, "spec.config is not a JSON object")
+            continue
+        plugins = conf.get("plugins") if isinstance(conf.get("plugins"), list) else [conf]
+        for p in plugins:
+            if isinstance(p, dict) and p.get("type") in ("weft-cni", installed):
+                if installed is None:
+                    err(where, "a weft-cni network, but the base+sriov render installs no weft-cni (install-cni)")
+                    installed = "weft-cni"
+                merged = dict(p, cniVersion=conf.get("cniVersion"), name=conf.get("name")) if p is not conf else p
+                check_weft_cni_config(where, merged, o, installed, physnets)
+                run_weft_cni(where, merged)
+    for where, o in objs:
+        if o["kind"] != "Pod":
+            continue
+        md = o.get("metadata") or {}
+        raw = (md.get("annotations") or {}).get(NETWORKS_ANNOTATION)
+        if not raw:
+            continue
+        try:
+            refs = json.loads(raw) if raw.strip().startswith("[") else [
+                {"name": t.strip()} for t in raw.split(",") if t.strip()]
+            refs = [dict(r, name=r["name"].split("@", 1)[0], interface=r.get("interface") or
+                         (r["name"].split("@", 1)[1] if "@" in r["name"] else None)) for r in refs]
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            err(where, f"annotation {NETWORKS_ANNOTATION} is neither a JSON list of networks nor a comma list: {e}")
+            continue
+        asked = {}
+        for c in pod_spec(o).get("containers") or []:
+            res = c.get("resources") or {}
+            for k, v in {**(res.get("requests") or {}), **(res.get("limits") or {})}.items():
+                asked[k] = asked.get(k, 0) + int(v) if str(v).isdigit() else asked.get(k, 0)
+        need = {}
+        for r in refs:
+            ns, name = r["name"].split("/", 1) if "/" in r["name"] else (r.get("namespace") or md.get("namespace"),
+                                                                      r["name"])
+            nad = nads.get((ns, name))
+            if nad is None:
+                err(where, f"{NETWORKS_ANNOTATION} names {ns}/{name}, which is no NetworkAttachmentDefinition here")
+                continue
+            res = ((nad.get("metadata") or {}).get("annotations") or {}).get(RESOURCE_ANNOTATION)
+            if res:
+                need[res] = need.get(res, 0) + 1
+        for res, n in sorted(need.items()):
+            if asked.get(res, 0) < n:
+                err(where, f"attaches {n} network(s) of {res} but its containers ask for {asked.get(res, 0)} "
+                           f"(Multus finds no VF to hand weft-cni)")
 
 
 # Labels `helm install` and the chart's weft.labels add to metadata.labels, which kustomize does not:
@@ -886,7 +1141,7 @@ for target, info in HELM.items():
             check_helm_equals(target, info, rendered[target], rendered[info["equals"]])
     if info["namespace"] != "weft-system":
         check_no_other_namespace(rendered[target], info["namespace"])
-check_examples()
+check_examples(rendered)
 
 for n in sorted(notes):
     print(f"note: {n}")

@@ -8,6 +8,7 @@ mod cmd_controller;
 mod cmd_crds;
 mod cmd_extender;
 mod cmd_gpu;
+mod cmd_install_cni;
 mod cmd_jobs;
 mod cmd_sim;
 mod cmd_topo;
@@ -84,6 +85,10 @@ enum Command {
     /// Wait until every HOST:PORT resolves and accepts a TCP connection (the launch-order init
     /// container weft's job plugins add). Exits 1 after --timeout seconds.
     WaitFor(cmd_wait::WaitArgs),
+    /// Install the CNI plugin binary on the host: copy --from (the image's weft-cni) into --to (the
+    /// host's CNI bin dir, mounted) as --name, atomically (temporary file, fsync, 0755, rename), and
+    /// leave an identical file alone. The SR-IOV component's init container (docs/sriov.md).
+    InstallCni(cmd_install_cni::InstallCniArgs),
 }
 
 fn main() -> ExitCode {
@@ -109,6 +114,7 @@ fn main() -> ExitCode {
         Command::Webhook(a) => cmd_webhook::run(a),
         Command::Jobs(c) => cmd_jobs::run(c),
         Command::WaitFor(a) => cmd_wait::run(a),
+        Command::InstallCni(a) => cmd_install_cni::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
