@@ -217,9 +217,10 @@ struct FilePhysnet {
     mtu: Option<u32>,
 }
 
-/// Whether `name` can be the name part of an extended resource (a qualified name's name part:
-/// alphanumerics, `-`, `_`, `.`, starting and ending alphanumeric, at most 63 characters).
-fn valid_physnet_name(name: &str) -> bool {
+/// Whether `name` can be a physnet: the name part of the extended resource `sriov.weft.io/<name>`
+/// (a qualified name's name part: 1–63 letters, digits, `-`, `_`, `.`, starting and ending with a
+/// letter or digit).
+pub fn valid_physnet_name(name: &str) -> bool {
     let b = name.as_bytes();
     !b.is_empty()
         && b.len() <= 63

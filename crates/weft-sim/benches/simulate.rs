@@ -1,6 +1,7 @@
 //! `weft simulate` at scale, per policy: the embedded mix scaled to 500 nodes with 10,000 pods
 //! (target of issue #2: ≤ 10 s), and to 5,000 nodes with 100,000 pods (issue #12: ≤ 10 s for all
-//! three policies on 2 cores, weft at most 4× blind). `cargo bench -p weft-sim --bench simulate`.
+//! three policies on 2 cores, weft at most 4× blind). The stream is the default one: half of its
+//! pods ask for a VF. `cargo bench -p weft-sim --bench simulate`.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use weft_alloc::ScoreConfig;

@@ -9,14 +9,22 @@
 //! nodeTypes:
 //!   - {name: dgx-a100, topology: builtin:dgx-a100, count: 8}
 //!   - {name: mine, topology: ./my-node.json, count: 4}   # path relative to the cluster file
+//!   - {name: quiet, topology: builtin:hgx-h100, count: 2, vfsPerNic: 0}   # no SR-IOV VFs
 //! ```
+//!
+//! Every NIC of a node type offers SR-IOV VFs in one physnet: [`DEFAULT_VFS_PER_NIC`] VFs in
+//! [`DEFAULT_PHYSNET`] unless the node type says `vfsPerNic` (0: none) or `physnet`. The VFs'
+//! PCI addresses are synthetic, derived from the NIC's position (NIC k's VF v is
+//! `0000:<0x10 + k>:<2 + v / 8>.<v % 8>`), so a node type's VFs sort by NIC, then by VF. A
+//! topology file that lists VFs of its own (weft's inventory `vfs`) keeps them unless the node type
+//! sets `vfsPerNic` or `physnet`. A node has at most [`MAX_VFS_PER_NODE`] VFs.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use weft_alloc::PreparedNode;
-use weft_topology::{NodeTopology, PcieGeneration, parse_node, read_node_file};
+use weft_topology::{NodeTopology, PcieGeneration, Vf, parse_node, read_node_file};
 
 use crate::SimError;
 
@@ -98,6 +106,13 @@ pub fn builtin_topology(name: &str) -> Result<NodeTopology, SimError> {
     Ok(node)
 }
 
+/// SR-IOV VFs each NIC offers unless a node type says otherwise.
+pub const DEFAULT_VFS_PER_NIC: usize = 8;
+/// The physnet a node type's VFs serve unless it says otherwise (`sriov.weft.io/fabric`).
+pub const DEFAULT_PHYSNET: &str = "fabric";
+/// Most VFs one node may have (the engine keeps a node's free VFs as a 128-bit set).
+pub const MAX_VFS_PER_NODE: usize = 128;
+
 /// One node type of a cluster file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -108,6 +123,81 @@ pub struct NodeTypeSpec {
     pub topology: String,
     /// How many nodes of this type.
     pub count: usize,
+    /// SR-IOV VFs on each NIC (0: none); default [`DEFAULT_VFS_PER_NIC`], or the VFs a topology
+    /// file lists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vfs_per_nic: Option<usize>,
+    /// The physnet of those VFs; default [`DEFAULT_PHYSNET`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub physnet: Option<String>,
+}
+
+impl NodeTypeSpec {
+    /// A node type of `count` nodes of the built-in type `name`, with the default VFs.
+    pub fn builtin(name: &str, count: usize) -> NodeTypeSpec {
+        NodeTypeSpec {
+            name: name.to_string(),
+            topology: format!("builtin:{name}"),
+            count,
+            vfs_per_nic: None,
+            physnet: None,
+        }
+    }
+}
+
+pub use weft_net::config::valid_physnet_name as valid_physnet;
+
+/// The synthetic PCI address of VF `vf` of NIC `nic` (see the module docs).
+pub fn synthetic_vf_address(nic: usize, vf: usize) -> String {
+    format!("0000:{:02x}:{:02x}.{}", 0x10 + nic, 2 + vf / 8, vf % 8)
+}
+
+/// Give `node` its VFs as node type `at` (`nodeTypes[i]`) of the cluster file says; see the
+/// module docs. The VFs end up sorted by PCI address.
+fn set_node_vfs(node: &mut NodeTopology, spec: &NodeTypeSpec, at: &str) -> Result<(), SimError> {
+    let bad = |message: String| SimError::Format { source_name: "cluster".into(), message };
+    if let Some(p) = &spec.physnet
+        && !valid_physnet(p)
+    {
+        return Err(bad(format!(
+            "{at}.physnet: '{p}' cannot name the resource sriov.weft.io/<physnet>: use 1-63 letters, digits, \
+             '-', '_' and '.', starting and ending with a letter or digit"
+        )));
+    }
+    let mut vfs = if spec.vfs_per_nic.is_none() && spec.physnet.is_none() && !node.vfs().is_empty() {
+        if node.vfs().len() > MAX_VFS_PER_NODE {
+            return Err(bad(format!(
+                "{at}.topology: lists {} VFs; the simulator takes at most {MAX_VFS_PER_NODE} per node",
+                node.vfs().len()
+            )));
+        }
+        node.vfs().to_vec()
+    } else {
+        let per_nic = spec.vfs_per_nic.unwrap_or(DEFAULT_VFS_PER_NIC);
+        let total = per_nic.checked_mul(node.nics.len()).filter(|&t| t <= MAX_VFS_PER_NODE);
+        if total.is_none() {
+            return Err(bad(format!(
+                "{at}.vfsPerNic: {per_nic} VFs on each of {} NICs is more than the simulator takes \
+                 (at most {MAX_VFS_PER_NODE} per node)",
+                node.nics.len()
+            )));
+        }
+        let physnet = spec.physnet.clone().unwrap_or_else(|| DEFAULT_PHYSNET.to_string());
+        let mut vfs = Vec::new();
+        for (k, nic) in node.nics.iter().enumerate() {
+            for v in 0..per_nic {
+                vfs.push(Vf {
+                    pci_address: synthetic_vf_address(k, v),
+                    nic: nic.name.clone(),
+                    physnet: Some(physnet.clone()),
+                });
+            }
+        }
+        vfs
+    };
+    vfs.sort_by(|a, b| a.pci_address.cmp(&b.pci_address));
+    node.set_vfs(vfs)?;
+    Ok(())
 }
 
 /// A cluster file.
@@ -139,10 +229,7 @@ impl ClusterSpec {
         ClusterSpec {
             api_version: crate::API_VERSION.to_string(),
             kind: "SimCluster".to_string(),
-            node_types: counts
-                .iter()
-                .map(|(n, c)| NodeTypeSpec { name: n.to_string(), topology: format!("builtin:{n}"), count: *c })
-                .collect(),
+            node_types: counts.iter().map(|(n, c)| NodeTypeSpec::builtin(n, *c)).collect(),
         }
     }
 
@@ -197,7 +284,7 @@ impl ClusterSpec {
         let mut types = Vec::new();
         let mut nodes = Vec::new();
         for (t, spec) in self.node_types.iter().enumerate() {
-            let topology = match spec.topology.strip_prefix("builtin:") {
+            let mut topology = match spec.topology.strip_prefix("builtin:") {
                 Some(b) => builtin_topology(b)?,
                 None => {
                     let p = PathBuf::from(&spec.topology);
@@ -208,6 +295,7 @@ impl ClusterSpec {
                     read_node_file(&p)?
                 }
             };
+            set_node_vfs(&mut topology, spec, &format!("nodeTypes[{t}] ('{}')", spec.name))?;
             let prepared = PreparedNode::new(&topology)?;
             types.push(NodeType {
                 name: spec.name.clone(),
@@ -264,6 +352,28 @@ impl Cluster {
     pub fn max_node_gpus(&self) -> usize {
         self.types.iter().map(|t| t.topology.gpu_count()).max().unwrap_or(0)
     }
+
+    /// Total SR-IOV VFs.
+    pub fn total_vfs(&self) -> usize {
+        self.nodes.iter().map(|n| self.types[n.node_type].topology.vfs().len()).sum()
+    }
+}
+
+impl NodeType {
+    /// The position of the VF at `pci_address` in the topology's VFs (sorted by address).
+    pub fn vf_position(&self, pci_address: &str) -> Option<usize> {
+        self.topology.vfs().binary_search_by(|v| v.pci_address.as_str().cmp(pci_address)).ok()
+    }
+
+    /// The VFs of `physnet`, as a set of positions (of the first [`MAX_VFS_PER_NODE`]).
+    pub fn vf_mask(&self, physnet: &str) -> u128 {
+        self.topology
+            .vfs()
+            .iter()
+            .enumerate()
+            .filter(|(i, v)| *i < MAX_VFS_PER_NODE && v.physnet.as_deref() == Some(physnet))
+            .fold(0, |m, (i, _)| m | 1u128 << i)
+    }
 }
 
 #[cfg(test)]
@@ -299,6 +409,115 @@ mod tests {
         for (a, b) in base.node_types.iter().zip(&s.node_types) {
             assert_eq!(b.count, 2 * a.count, "{}", a.name);
         }
+    }
+
+    fn spec(types: Vec<NodeTypeSpec>) -> ClusterSpec {
+        ClusterSpec { api_version: crate::API_VERSION.into(), kind: "SimCluster".into(), node_types: types }
+    }
+
+    #[test]
+    fn every_nic_offers_the_default_vfs_with_unique_addresses_in_fabric() {
+        let c = ClusterSpec::embedded_default().build(None).unwrap();
+        for t in &c.types {
+            let vfs = t.topology.vfs();
+            assert_eq!(vfs.len(), DEFAULT_VFS_PER_NIC * t.topology.nics.len(), "{}", t.name);
+            assert!(vfs.windows(2).all(|w| w[0].pci_address < w[1].pci_address), "{}: sorted, unique", t.name);
+            assert!(vfs.iter().all(|v| v.physnet.as_deref() == Some(DEFAULT_PHYSNET)), "{}", t.name);
+            for (i, v) in vfs.iter().enumerate() {
+                assert_eq!(t.vf_position(&v.pci_address), Some(i));
+                let parts: Vec<&str> = v.pci_address.split([':', '.']).collect();
+                assert_eq!(parts.len(), 4, "{}", v.pci_address);
+                assert_eq!(parts[0], "0000");
+                assert!(u8::from_str_radix(parts[1], 16).is_ok() && u8::from_str_radix(parts[2], 16).unwrap() < 32);
+                assert!(parts[3].parse::<u8>().unwrap() < 8, "{}", v.pci_address);
+            }
+        }
+        let count = |name: &str| c.types.iter().find(|t| t.name == name).unwrap().topology.vfs().len();
+        assert_eq!(count("dgx-a100"), 80, "10 NICs");
+        assert_eq!(count("v100-sxm2"), 8, "1 NIC");
+        assert_eq!(count("pcie-8gpu"), 0, "no NICs, no VFs");
+        assert_eq!(count("a100-pcie-bridges"), 0);
+        // NIC k's VFs are its own: the first VF of the second NIC is 0000:11:02.0.
+        let dgx = c.types.iter().find(|t| t.name == "dgx-a100").unwrap();
+        let second = &dgx.topology.vfs()[DEFAULT_VFS_PER_NIC];
+        assert_eq!((second.pci_address.as_str(), second.nic.as_str()), ("0000:11:02.0", "mlx5_1"));
+        assert_eq!(c.total_vfs(), (12 * 4 + 8 + 8 * 10 + 8 * 4 + 8 * 2 + 8 * 8) * DEFAULT_VFS_PER_NIC);
+    }
+
+    #[test]
+    fn a_node_type_sets_its_vfs_per_nic_and_physnet() {
+        let c = spec(vec![
+            NodeTypeSpec { vfs_per_nic: Some(0), ..NodeTypeSpec::builtin("dgx-a100", 1) },
+            NodeTypeSpec {
+                vfs_per_nic: Some(16),
+                physnet: Some("storage".into()),
+                ..NodeTypeSpec::builtin("hgx-h100", 1)
+            },
+        ])
+        .build(None)
+        .unwrap();
+        assert!(c.types[0].topology.vfs().is_empty(), "vfsPerNic: 0 disables VFs");
+        assert_eq!(c.types[1].topology.vfs().len(), 128);
+        assert_eq!(c.types[1].vf_mask("storage"), u128::MAX);
+        assert_eq!(c.types[1].vf_mask("fabric"), 0);
+        // VF 15 of a NIC: device 2 + 15 / 8 = 3, function 7.
+        assert_eq!(c.types[1].topology.vfs()[15].pci_address, "0000:10:03.7");
+    }
+
+    #[test]
+    fn bad_vf_settings_name_the_node_type_and_field() {
+        let e = spec(vec![NodeTypeSpec { vfs_per_nic: Some(13), ..NodeTypeSpec::builtin("dgx-a100", 1) }])
+            .build(None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("nodeTypes[0] ('dgx-a100').vfsPerNic") && e.contains("at most 128"), "{e}");
+        let e = spec(vec![NodeTypeSpec { vfs_per_nic: Some(usize::MAX), ..NodeTypeSpec::builtin("hgx-h100", 1) }])
+            .build(None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("vfsPerNic"), "{e}");
+        let e = spec(vec![
+            NodeTypeSpec::builtin("hgx-h100", 1),
+            NodeTypeSpec { physnet: Some("no/slash".into()), ..NodeTypeSpec::builtin("pcie-8gpu", 1) },
+        ])
+        .build(None)
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("nodeTypes[1] ('pcie-8gpu').physnet") && e.contains("no/slash"), "{e}");
+        let yaml = "apiVersion: weft.io/v1alpha1\nkind: SimCluster\nnodeTypes:\n  - {name: a, topology: builtin:hgx-h100, count: 1, vfsPerNic: -1}\n";
+        let path = std::env::temp_dir().join(format!("weft-sim-bad-vfs-{}.yaml", std::process::id()));
+        std::fs::write(&path, yaml).unwrap();
+        let e = ClusterSpec::from_file(&path).unwrap_err().to_string();
+        std::fs::remove_file(&path).unwrap();
+        assert!(e.contains("line 4 column 64") && e.contains("invalid"), "the negative count is pointed at: {e}");
+    }
+
+    #[test]
+    fn an_inventory_file_keeps_its_vfs_unless_the_node_type_sets_them() {
+        let mut node = builtin_topology("a100-pcie-4gpu").unwrap();
+        let nic = node.nics[1].name.clone();
+        node.set_vfs(vec![
+            Vf { pci_address: "0000:3b:02.1".into(), nic: nic.clone(), physnet: Some("rail".into()) },
+            Vf { pci_address: "0000:3b:02.0".into(), nic, physnet: None },
+        ])
+        .unwrap();
+        let path = std::env::temp_dir().join(format!("weft-sim-inventory-{}.json", std::process::id()));
+        std::fs::write(&path, weft_topology::inventory::to_json(&node)).unwrap();
+        let file = |vfs_per_nic| NodeTypeSpec {
+            name: "lab".into(),
+            topology: path.display().to_string(),
+            count: 1,
+            vfs_per_nic,
+            physnet: None,
+        };
+        let kept = spec(vec![file(None)]).build(None);
+        let replaced = spec(vec![file(Some(2))]).build(None);
+        std::fs::remove_file(&path).unwrap();
+        let kept = kept.unwrap();
+        let addresses: Vec<&str> = kept.types[0].topology.vfs().iter().map(|v| v.pci_address.as_str()).collect();
+        assert_eq!(addresses, ["0000:3b:02.0", "0000:3b:02.1"], "listed VFs kept, sorted by address");
+        assert_eq!(kept.types[0].vf_mask("rail"), 0b10);
+        assert_eq!(replaced.unwrap().types[0].topology.vfs().len(), 4, "vfsPerNic replaces them");
     }
 
     #[test]

@@ -1,22 +1,29 @@
 //! The event loop: pods arrive in order, run for their duration and leave; each placement policy
 //! places the same stream on its own copy of the cluster.
 //!
+//! A node holds GPUs and SR-IOV VFs (each VF serves one physnet). A pod asks for GPUs and maybe
+//! VFs of some physnets; it fits a node with enough free GPUs and, per physnet, enough free VFs.
+//!
 //! Policies:
 //! - `weft`: every node that fits is scored with [`weft_alloc::score_node`] (link quality of the
 //!   best-effort set plus the quality of what it leaves); the best node wins (ties: the node with fewer
 //!   free GPUs, to keep whole nodes free for large pods; then the lower node number), and the pod gets
-//!   the scored set.
+//!   the scored set. A pod that asks for VFs gets its GPUs and VFs from
+//!   [`weft_net::joint::decide`] (the decision the scheduler extender makes) and the node is scored
+//!   [`weft_net::joint::joint_score`] over that GPU score (ties as above).
 //! - `blind`: topology-blind node choice (uniformly random among nodes that fit, seeded) and
 //!   go-gpuallocator-style node-local allocation (its best-effort objective; lowest free GPU for
-//!   1-GPU pods), as kube-scheduler plus NVIDIA's device plugin do today.
-//! - `least-allocated`: kube-scheduler's `LeastAllocated` node choice (largest free share; ties: lower
-//!   node number) with the same go-gpuallocator-style node-local allocation.
+//!   1-GPU pods), as kube-scheduler plus NVIDIA's device plugin do today; VFs are the lowest free PCI
+//!   addresses of each physnet, as a topology-blind VF device plugin hands them out.
+//! - `least-allocated`: kube-scheduler's `LeastAllocated` node choice (largest free GPU share; ties:
+//!   lower node number) with the same go-gpuallocator-style GPUs and lowest-address VFs.
 //!
 //! A pod that fits nowhere at arrival is counted as not placed (no queue): that is the signal of
 //! fragmentation this model measures.
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::sync::Arc;
 use std::time::Instant;
 
 use ftree::FenwickTree;
@@ -25,9 +32,12 @@ use rand_chacha::ChaCha8Rng;
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use weft_alloc::{Policy, Request, ScoreCache, ScoreConfig, allocate, stranded_gpus};
+use weft_net::choice::near_enough;
+use weft_net::joint::{VfAsk, VfPlan, decide, joint_score};
+use weft_topology::NodeTopology;
 
 use crate::SimError;
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, MAX_VFS_PER_NODE};
 use crate::workload::SimPod;
 
 /// A placement policy of the comparison.
@@ -67,6 +77,10 @@ pub struct PolicyReport {
     pub placed: usize,
     /// Pods that fit nowhere at arrival.
     pub unplaced: usize,
+    /// Of those, pods that asked for VFs and were not placed although some node had their GPUs free:
+    /// no such node had the VFs free too.
+    #[serde(default)]
+    pub unplaced_for_vfs: usize,
     /// Per pod size: (placed, offered).
     pub by_size: BTreeMap<usize, SizeCount>,
     /// Placed pods with ≥ 2 GPUs.
@@ -77,6 +91,13 @@ pub struct PolicyReport {
     pub p10_pair_bandwidth_gbps: f64,
     /// Share of placed multi-GPU pods whose every GPU pair is NVLinked.
     pub all_nvlink_share: f64,
+    /// Placed pods that asked for VFs.
+    #[serde(default)]
+    pub vf_pods_placed: usize,
+    /// Share of those whose every VF shares a PCIe switch (tree) with one of their GPUs, so
+    /// GPUDirect RDMA does not cross the CPU's host bridge (`weft_net::joint::JointChoice::all_near`).
+    #[serde(default)]
+    pub vf_near_gpu_share: f64,
     /// Mean (over arrivals) number of free GPUs that can no longer form an NVLinked set: free GPUs that
     /// have NVLink peers on their node, none of them free.
     pub mean_stranded_gpus: f64,
@@ -95,11 +116,22 @@ pub struct SizeCount {
     pub offered: usize,
 }
 
+/// What is free on a node (or what a pod holds there): GPUs and VFs, each a set of positions (VF
+/// positions in the node type's VFs, which are sorted by PCI address).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct Free {
+    gpus: u128,
+    vfs: u128,
+}
+
+/// A decision: the node and what the pod gets there.
+type Placement = (usize, Free);
+
 #[derive(PartialEq)]
 struct Departure {
     at: f64,
     node: usize,
-    gpus: u128,
+    held: Free,
 }
 
 impl Eq for Departure {}
@@ -110,13 +142,13 @@ impl PartialOrd for Departure {
 }
 impl Ord for Departure {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.at.total_cmp(&other.at).then(self.node.cmp(&other.node)).then(self.gpus.cmp(&other.gpus))
+        self.at.total_cmp(&other.at).then(self.node.cmp(&other.node)).then(self.held.cmp(&other.held))
     }
 }
 
 struct State<'c> {
     cluster: &'c Cluster,
-    free: Vec<u128>,
+    free: Vec<Free>,
     stranded: Vec<usize>,
     total_stranded: usize,
     total_free: usize,
@@ -124,29 +156,37 @@ struct State<'c> {
 
 impl<'c> State<'c> {
     fn new(cluster: &'c Cluster) -> State<'c> {
-        let free: Vec<u128> =
-            cluster.nodes.iter().map(|n| all_gpus(cluster.types[n.node_type].topology.gpu_count())).collect();
-        let total_free = free.iter().map(|m| m.count_ones() as usize).sum();
+        let free: Vec<Free> = cluster
+            .nodes
+            .iter()
+            .map(|n| {
+                let t = &cluster.types[n.node_type].topology;
+                Free { gpus: all_of(t.gpu_count()), vfs: all_of(t.vfs().len()) }
+            })
+            .collect();
+        let total_free = free.iter().map(|m| m.gpus.count_ones() as usize).sum();
         let stranded = vec![0; free.len()];
         State { cluster, free, stranded, total_stranded: 0, total_free }
     }
 
-    /// Set a node's free GPUs; returns the set it had.
-    fn set_free(&mut self, node: usize, mask: u128) -> u128 {
+    /// Set what is free on a node; returns what it had.
+    fn set_free(&mut self, node: usize, free: Free) -> Free {
         let prepared = &self.cluster.types[self.cluster.nodes[node].node_type].prepared;
         let old = self.free[node];
-        self.total_free = self.total_free + mask.count_ones() as usize - old.count_ones() as usize;
-        self.free[node] = mask;
-        let s = stranded_gpus(prepared, mask);
-        self.total_stranded = self.total_stranded + s - self.stranded[node];
-        self.stranded[node] = s;
+        self.total_free = self.total_free + free.gpus.count_ones() as usize - old.gpus.count_ones() as usize;
+        self.free[node] = free;
+        if free.gpus != old.gpus {
+            let s = stranded_gpus(prepared, free.gpus);
+            self.total_stranded = self.total_stranded + s - self.stranded[node];
+            self.stranded[node] = s;
+        }
         old
     }
 }
 
-/// Every GPU of a node with `gpus` GPUs.
-fn all_gpus(gpus: usize) -> u128 {
-    if gpus >= 128 { u128::MAX } else { (1u128 << gpus) - 1 }
+/// Every one of `n` positions (GPUs or VFs; at most 128).
+fn all_of(n: usize) -> u128 {
+    if n >= 128 { u128::MAX } else { (1u128 << n) - 1 }
 }
 
 fn mask_to_vec(mask: u128) -> Vec<usize> {
@@ -170,68 +210,232 @@ fn gpuallocator_style(cluster: &Cluster, node: usize, free: u128, count: usize) 
     ))
 }
 
-/// The distinct GPU counts the stream asks for, ascending: each index keeps one view per size.
-#[derive(Clone, Debug)]
-struct Sizes(Vec<usize>);
+/// Whether every VF at `vfs` shares a PCIe switch with one of the GPUs at `gpus`.
+fn all_near(topology: &NodeTopology, gpus: u128, vfs: u128) -> bool {
+    let gpus = mask_to_vec(gpus);
+    mask_to_vec(vfs).into_iter().all(|v| near_enough(topology.vf_nearest(v, &gpus)))
+}
 
-impl Sizes {
-    fn of(pods: &[SimPod]) -> Sizes {
-        Sizes(pods.iter().map(|p| p.gpus).collect::<BTreeSet<usize>>().into_iter().collect())
+/// One kind of pod: a GPU count and, per physnet (a position in [`Kinds::physnets`]), a VF count.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct KindKey {
+    gpus: usize,
+    vfs: Vec<(usize, usize)>,
+}
+
+struct Kind {
+    key: KindKey,
+    /// The same ask by physnet name, as `weft_net::joint` takes it.
+    ask: VfAsk,
+}
+
+/// The distinct kinds of pod the stream has (GPU count and VF ask), in a fixed order: each index
+/// keeps one view per kind. Every GPU count also has its kind without VFs, so a pod left out can
+/// be told apart: no GPUs anywhere, or GPUs but not beside the VFs.
+struct Kinds {
+    /// The physnets pods ask for, sorted.
+    physnets: Vec<Arc<str>>,
+    list: Vec<Kind>,
+    index: FxHashMap<KindKey, usize>,
+    /// Per node type, per physnet: its VFs.
+    masks: Vec<Vec<u128>>,
+}
+
+impl Kinds {
+    fn of_stream(cluster: &Cluster, pods: &[SimPod]) -> Kinds {
+        let physnets: Vec<Arc<str>> = pods
+            .iter()
+            .flat_map(|p| p.vfs.iter().filter(|(_, n)| *n > 0).map(|(name, _)| name.clone()))
+            .collect::<BTreeSet<Arc<str>>>()
+            .into_iter()
+            .collect();
+        let mut kinds = Kinds { physnets, list: Vec::new(), index: FxHashMap::default(), masks: Vec::new() };
+        let mut keys = BTreeSet::new();
+        for p in pods {
+            if let Some(key) = kinds.key(p) {
+                keys.insert(KindKey { gpus: p.gpus, vfs: Vec::new() });
+                keys.insert(key);
+            }
+        }
+        for key in keys {
+            let ask = key.vfs.iter().map(|&(p, n)| (kinds.physnets[p].to_string(), n)).collect();
+            kinds.index.insert(key.clone(), kinds.list.len());
+            kinds.list.push(Kind { key, ask });
+        }
+        kinds.masks = cluster.types.iter().map(|t| kinds.physnets.iter().map(|p| t.vf_mask(p)).collect()).collect();
+        kinds
     }
 
-    /// Position of a size, if the stream asks for it.
-    fn index(&self, gpus: usize) -> Option<usize> {
-        self.0.binary_search(&gpus).ok()
+    /// The kind of a pod (VF counts of 0 left out, a physnet named twice counted once with the
+    /// sum); None when a physnet is not in the stream's.
+    fn key(&self, pod: &SimPod) -> Option<KindKey> {
+        let mut vfs: Vec<(usize, usize)> = Vec::new();
+        for (name, n) in &pod.vfs {
+            if *n > 0 {
+                vfs.push((self.physnets.binary_search(name).ok()?, *n));
+            }
+        }
+        vfs.sort_unstable();
+        vfs.dedup_by(|later, kept| {
+            let same = later.0 == kept.0;
+            if same {
+                kept.1 = kept.1.saturating_add(later.1);
+            }
+            same
+        });
+        Some(KindKey { gpus: pod.gpus, vfs })
+    }
+
+    /// Position of a pod's kind.
+    fn of(&self, pod: &SimPod) -> Option<usize> {
+        self.index.get(&self.key(pod)?).copied()
+    }
+
+    /// Position of the kind of `gpus` GPUs and no VFs.
+    fn gpus_only(&self, gpus: usize) -> Option<usize> {
+        self.index.get(&KindKey { gpus, vfs: Vec::new() }).copied()
+    }
+
+    fn asks_vfs(&self, kind: usize) -> bool {
+        !self.list[kind].key.vfs.is_empty()
+    }
+
+    /// Whether a node of type `t` with `free` free has the GPUs and VFs of `kind`.
+    fn fits(&self, kind: usize, t: usize, free: Free) -> bool {
+        let key = &self.list[kind].key;
+        free.gpus.count_ones() as usize >= key.gpus
+            && key.vfs.iter().all(|&(p, n)| (free.vfs & self.masks[t][p]).count_ones() as usize >= n)
+    }
+
+    /// The lowest free VFs of each physnet `kind` asks for (what a topology-blind VF plugin gives);
+    /// the node must have them ([`Kinds::fits`]).
+    fn lowest_vfs(&self, kind: usize, t: usize, free_vfs: u128) -> u128 {
+        let mut taken = 0u128;
+        for &(p, n) in &self.list[kind].key.vfs {
+            let mut avail = free_vfs & self.masks[t][p];
+            for _ in 0..n {
+                let low = avail & avail.wrapping_neg();
+                taken |= low;
+                avail &= !low;
+            }
+        }
+        taken
     }
 }
 
-/// weft's node choice without scanning every node. Nodes of one type with the same free set score
-/// alike for every size, so they form one group, scored once when the group appears; per size, a
-/// ranking holds each group that can take the size under the key of the scan it replaces (score
-/// descending, free GPUs ascending, lowest node), and its first entry is the scan's answer.
+/// Per node type, each VF's position by PCI address (a hash lookup: `decide` asks whether a VF is
+/// free many times per call).
+struct VfPositions<'c>(Vec<FxHashMap<&'c str, usize>>);
+
+impl<'c> VfPositions<'c> {
+    fn of(cluster: &'c Cluster) -> VfPositions<'c> {
+        VfPositions(
+            cluster
+                .types
+                .iter()
+                .map(|t| t.topology.vfs().iter().enumerate().map(|(i, v)| (v.pci_address.as_str(), i)).collect())
+                .collect(),
+        )
+    }
+
+    fn get(&self, t: usize, pci_address: &str) -> Option<usize> {
+        self.0[t].get(pci_address).copied()
+    }
+
+    /// The VFs of a plan, as positions in node type `t`'s VFs.
+    fn mask(&self, t: usize, plan: &VfPlan) -> u128 {
+        plan.vfs.values().flatten().filter_map(|a| self.get(t, a)).fold(0, |m, i| m | 1u128 << i)
+    }
+}
+
+/// weft's fit of a node of type `t` with `free` free for a pod of `kind`: the node score and what the
+/// pod gets. GPU-only pods: [`ScoreCache::score`] (`score_node`). Pods asking VFs: that GPU score
+/// made [`joint_score`] of the [`decide`] decision, which gives the GPUs and VFs. None when the node
+/// cannot take the pod.
+#[allow(clippy::too_many_arguments)]
+fn weft_fit(
+    cluster: &Cluster,
+    positions: &VfPositions<'_>,
+    kinds: &Kinds,
+    kind: usize,
+    t: usize,
+    free: Free,
+    cache: &mut ScoreCache,
+    cfg: &ScoreConfig,
+) -> Option<(u8, Free)> {
+    if !kinds.fits(kind, t, free) {
+        return None;
+    }
+    let node_type = &cluster.types[t];
+    let Kind { key, ask } = &kinds.list[kind];
+    let gpus = mask_to_vec(free.gpus);
+    // A set the allocator refuses leaves the node out.
+    let fit = cache.score(&node_type.prepared, &gpus, key.gpus, cfg).ok()?;
+    if key.vfs.is_empty() {
+        return Some((fit.score, Free { gpus: vec_to_mask(&fit.gpus), vfs: 0 }));
+    }
+    let vf_free = |a: &str| positions.get(t, a).is_some_and(|i| free.vfs >> i & 1 == 1);
+    let choice = decide(&node_type.prepared, &node_type.topology, &gpus, &vf_free, key.gpus, ask).ok()?;
+    let held = Free { gpus: vec_to_mask(&choice.gpus), vfs: positions.mask(t, &choice.vfs) };
+    Some((joint_score(fit.score, &choice), held))
+}
+
+/// weft's node choice without scanning every node. Nodes of one type with the same free GPUs and
+/// VFs score alike for every kind of pod, so they form one group, scored once when the group
+/// appears; per kind, a ranking holds each group that can take it under the key of the scan it
+/// replaces (score descending, free GPUs ascending, lowest node), and its first entry is the scan's
+/// answer.
+///
+/// A group appears again and again as nodes fill and empty; the fits of kinds asking VFs (a
+/// `decide` each) are kept in a cache of their own, as [`ScoreCache`] keeps the GPU scores.
 struct WeftIndex<'c> {
     cluster: &'c Cluster,
     config: ScoreConfig,
-    sizes: Sizes,
     cache: ScoreCache,
-    groups: FxHashMap<(usize, u128), Group>,
+    positions: VfPositions<'c>,
+    joint: FxHashMap<(usize, Free, usize), Option<(u8, Free)>>,
+    groups: FxHashMap<(usize, Free), Group>,
     ranking: Vec<BTreeSet<(Reverse<u8>, u32, usize)>>,
 }
 
-/// The nodes of one (type, free set), and per size the score and set weft would give.
+/// Most joint fits [`WeftIndex`] keeps (about 80 bytes each); it starts over when full.
+const JOINT_CACHE_ENTRIES: usize = 1 << 20;
+
+/// The nodes of one (type, free GPUs and VFs), and per kind the score and what weft would give.
 struct Group {
     nodes: BTreeSet<usize>,
-    fits: Vec<Option<(u8, u128)>>,
+    fits: Vec<Option<(u8, Free)>>,
 }
 
 impl<'c> WeftIndex<'c> {
-    fn new(cluster: &'c Cluster, state: &State<'_>, sizes: Sizes, config: &ScoreConfig) -> WeftIndex<'c> {
-        let ranking = vec![BTreeSet::new(); sizes.0.len()];
+    fn new(cluster: &'c Cluster, state: &State<'_>, kinds: &Kinds, config: &ScoreConfig) -> WeftIndex<'c> {
+        let ranking = vec![BTreeSet::new(); kinds.list.len()];
         let mut index = WeftIndex {
             cluster,
             config: config.clone(),
-            sizes,
             cache: ScoreCache::new(),
+            positions: VfPositions::of(cluster),
+            joint: FxHashMap::default(),
             groups: FxHashMap::default(),
             ranking,
         };
-        for (n, &mask) in state.free.iter().enumerate() {
-            index.join(n, mask);
+        for (n, &free) in state.free.iter().enumerate() {
+            index.join(kinds, n, free);
         }
         index
     }
 
-    fn key(&self, node: usize, mask: u128) -> (usize, u128) {
-        (self.cluster.nodes[node].node_type, mask)
+    fn key(&self, node: usize, free: Free) -> (usize, Free) {
+        (self.cluster.nodes[node].node_type, free)
     }
 
     /// Re-rank a group whose lowest node went from `before` to `after`.
-    fn rerank(&mut self, key: (usize, u128), before: Option<usize>, after: Option<usize>) {
+    fn rerank(&mut self, key: (usize, Free), before: Option<usize>, after: Option<usize>) {
         if before == after {
             return;
         }
         let Some(group) = self.groups.get(&key) else { return };
-        let free = key.1.count_ones();
+        let free = key.1.gpus.count_ones();
         for (k, fit) in group.fits.iter().enumerate() {
             let Some((score, _)) = *fit else { continue };
             if let Some(b) = before {
@@ -243,24 +447,10 @@ impl<'c> WeftIndex<'c> {
         }
     }
 
-    fn join(&mut self, node: usize, mask: u128) {
-        let key = self.key(node, mask);
+    fn join(&mut self, kinds: &Kinds, node: usize, free: Free) {
+        let key = self.key(node, free);
         if !self.groups.contains_key(&key) {
-            let prepared = &self.cluster.types[key.0].prepared;
-            let free = mask_to_vec(mask);
-            let fits = self
-                .sizes
-                .0
-                .iter()
-                .map(|&size| {
-                    if size > free.len() {
-                        return None;
-                    }
-                    // A set the allocator refuses leaves the node out, as the scan skipped it.
-                    let fit = self.cache.score(prepared, &free, size, &self.config).ok()?;
-                    Some((fit.score, vec_to_mask(&fit.gpus)))
-                })
-                .collect();
+            let fits = (0..kinds.list.len()).map(|k| self.fit(kinds, k, key.0, free)).collect();
             self.groups.insert(key, Group { nodes: BTreeSet::new(), fits });
         }
         let Some(group) = self.groups.get_mut(&key) else { return };
@@ -270,8 +460,24 @@ impl<'c> WeftIndex<'c> {
         self.rerank(key, before, after);
     }
 
-    fn leave(&mut self, node: usize, mask: u128) {
-        let key = self.key(node, mask);
+    /// [`weft_fit`], through the joint cache for kinds asking VFs.
+    fn fit(&mut self, kinds: &Kinds, kind: usize, t: usize, free: Free) -> Option<(u8, Free)> {
+        if !kinds.asks_vfs(kind) || !kinds.fits(kind, t, free) {
+            return weft_fit(self.cluster, &self.positions, kinds, kind, t, free, &mut self.cache, &self.config);
+        }
+        if let Some(&fit) = self.joint.get(&(t, free, kind)) {
+            return fit;
+        }
+        let fit = weft_fit(self.cluster, &self.positions, kinds, kind, t, free, &mut self.cache, &self.config);
+        if self.joint.len() >= JOINT_CACHE_ENTRIES {
+            self.joint.clear();
+        }
+        self.joint.insert((t, free, kind), fit);
+        fit
+    }
+
+    fn leave(&mut self, node: usize, free: Free) {
+        let key = self.key(node, free);
         let Some(group) = self.groups.get_mut(&key) else { return };
         let before = group.nodes.first().copied();
         group.nodes.remove(&node);
@@ -282,96 +488,104 @@ impl<'c> WeftIndex<'c> {
         }
     }
 
-    fn choose(&self, state: &State<'_>, gpus: usize) -> Option<(usize, u128)> {
-        let k = self.sizes.index(gpus)?;
-        let &(_, _, node) = self.ranking[k].first()?;
+    fn choose(&self, state: &State<'_>, kind: usize) -> Option<Placement> {
+        let &(_, _, node) = self.ranking[kind].first()?;
         let group = self.groups.get(&self.key(node, state.free[node]))?;
-        let (_, set) = group.fits[k]?;
-        Some((node, set))
+        let (_, held) = group.fits[kind]?;
+        Some((node, held))
     }
 }
 
-/// The blind policy's candidates without a scan: per size, a Fenwick tree over the nodes (1 where a
-/// node has that many free GPUs), so the scan's `fits[r]`, the r-th fitting node by number, is found
-/// in O(log nodes) and the seeded random draw is the same.
+/// The blind policy's candidates without a scan: per kind, a Fenwick tree over the nodes (1 where a
+/// node has that kind's GPUs and VFs free), so the scan's `fits[r]`, the r-th fitting node by
+/// number, is found in O(log nodes) and the seeded random draw is the same.
 struct FitIndex {
-    sizes: Sizes,
     fits: Vec<FenwickTree<usize>>,
 }
 
 impl FitIndex {
-    fn new(state: &State<'_>, sizes: Sizes) -> FitIndex {
-        let fits = sizes
-            .0
-            .iter()
-            .map(|&size| state.free.iter().map(|m| usize::from(m.count_ones() as usize >= size)).collect())
+    fn new(cluster: &Cluster, state: &State<'_>, kinds: &Kinds) -> FitIndex {
+        let fits = (0..kinds.list.len())
+            .map(|k| {
+                state
+                    .free
+                    .iter()
+                    .enumerate()
+                    .map(|(n, &free)| usize::from(kinds.fits(k, cluster.nodes[n].node_type, free)))
+                    .collect()
+            })
             .collect();
-        FitIndex { sizes, fits }
+        FitIndex { fits }
     }
 
-    fn moved(&mut self, node: usize, old: u128, new: u128) {
-        let (old, new) = (old.count_ones() as usize, new.count_ones() as usize);
-        for (k, &size) in self.sizes.0.iter().enumerate() {
-            match (old >= size, new >= size) {
-                (false, true) => self.fits[k].add_at(node, 1),
-                (true, false) => self.fits[k].sub_at(node, 1),
+    fn moved(&mut self, kinds: &Kinds, t: usize, node: usize, old: Free, new: Free) {
+        for (k, fits) in self.fits.iter_mut().enumerate() {
+            match (kinds.fits(k, t, old), kinds.fits(k, t, new)) {
+                (false, true) => fits.add_at(node, 1),
+                (true, false) => fits.sub_at(node, 1),
                 _ => {}
             }
         }
     }
 
-    /// How many nodes have `gpus` free.
-    fn count(&self, gpus: usize) -> usize {
-        self.sizes.index(gpus).map_or(0, |k| self.fits[k].prefix_sum(self.fits[k].len(), 0))
+    /// How many nodes can take a pod of `kind`.
+    fn count(&self, kind: usize) -> usize {
+        self.fits[kind].prefix_sum(self.fits[kind].len(), 0)
     }
 
-    /// The node with `gpus` free that is `rank`-th (from 0) by node number; `rank < count(gpus)`.
-    fn nth(&self, gpus: usize, rank: usize) -> Option<usize> {
-        Some(self.fits[self.sizes.index(gpus)?].index_of(rank + 1))
+    /// The node that can take `kind` that is `rank`-th (from 0) by node number; `rank < count(kind)`.
+    fn nth(&self, kind: usize, rank: usize) -> usize {
+        self.fits[kind].index_of(rank + 1)
     }
 }
 
-/// kube-scheduler's LeastAllocated choice without a scan: per size, the nodes that can take it keyed
-/// by free share (largest first; the share is a non-negative float, whose bits order as its values)
-/// and node number, as the scan's strict `>` kept the lowest node of a tie.
+/// kube-scheduler's LeastAllocated choice without a scan: per kind, the nodes that can take it keyed
+/// by free GPU share (largest first; the share is a non-negative float, whose bits order as its
+/// values) and node number, as the scan's strict `>` kept the lowest node of a tie.
 struct ShareIndex<'c> {
     cluster: &'c Cluster,
-    sizes: Sizes,
     ranking: Vec<BTreeSet<(Reverse<u64>, usize)>>,
 }
 
 impl<'c> ShareIndex<'c> {
-    fn new(cluster: &'c Cluster, state: &State<'_>, sizes: Sizes) -> ShareIndex<'c> {
-        let ranking = vec![BTreeSet::new(); sizes.0.len()];
-        let mut index = ShareIndex { cluster, sizes, ranking };
-        for (n, &mask) in state.free.iter().enumerate() {
-            index.moved(n, 0, mask);
+    fn new(cluster: &'c Cluster, state: &State<'_>, kinds: &Kinds) -> ShareIndex<'c> {
+        let ranking = vec![BTreeSet::new(); kinds.list.len()];
+        let mut index = ShareIndex { cluster, ranking };
+        for (n, &free) in state.free.iter().enumerate() {
+            let t = cluster.nodes[n].node_type;
+            for k in 0..kinds.list.len() {
+                if kinds.fits(k, t, free) {
+                    let key = (index.share(n, free.gpus), n);
+                    index.ranking[k].insert(key);
+                }
+            }
         }
         index
     }
 
-    fn share(&self, node: usize, free: usize) -> Reverse<u64> {
+    fn share(&self, node: usize, free: u128) -> Reverse<u64> {
         let total = self.cluster.types[self.cluster.nodes[node].node_type].topology.gpu_count();
-        Reverse((free as f64 / total as f64).to_bits())
+        Reverse((free.count_ones() as f64 / total as f64).to_bits())
     }
 
-    fn moved(&mut self, node: usize, old: u128, new: u128) {
-        let (old, new) = (old.count_ones() as usize, new.count_ones() as usize);
-        for k in 0..self.sizes.0.len() {
-            let size = self.sizes.0[k];
-            if old >= size {
-                let key = (self.share(node, old), node);
-                self.ranking[k].remove(&key);
+    fn moved(&mut self, kinds: &Kinds, t: usize, node: usize, old: Free, new: Free) {
+        let (old_share, new_share) = (self.share(node, old.gpus), self.share(node, new.gpus));
+        for (k, ranking) in self.ranking.iter_mut().enumerate() {
+            let (before, after) = (kinds.fits(k, t, old), kinds.fits(k, t, new));
+            if before && after && old_share == new_share {
+                continue;
             }
-            if new >= size {
-                let key = (self.share(node, new), node);
-                self.ranking[k].insert(key);
+            if before {
+                ranking.remove(&(old_share, node));
+            }
+            if after {
+                ranking.insert((new_share, node));
             }
         }
     }
 
-    fn choose(&self, gpus: usize) -> Option<usize> {
-        self.ranking[self.sizes.index(gpus)?].first().map(|&(_, n)| n)
+    fn choose(&self, kind: usize) -> Option<usize> {
+        self.ranking[kind].first().map(|&(_, n)| n)
     }
 }
 
@@ -382,119 +596,134 @@ enum Chooser<'c> {
     LeastAllocated(ShareIndex<'c>),
     /// The scans the indexes replace, kept to check them against.
     #[cfg(test)]
-    Scan(PlacementPolicy, ScoreConfig, ScoreCache),
+    Scan(PlacementPolicy, ScoreConfig, ScoreCache, VfPositions<'c>),
 }
 
 impl<'c> Chooser<'c> {
-    fn new(
-        cluster: &'c Cluster,
-        state: &State<'_>,
-        pods: &[SimPod],
-        policy: PlacementPolicy,
-        cfg: &ScoreConfig,
-    ) -> Self {
-        let sizes = Sizes::of(pods);
+    fn new(cluster: &'c Cluster, state: &State<'_>, kinds: &Kinds, policy: PlacementPolicy, cfg: &ScoreConfig) -> Self {
         match policy {
-            PlacementPolicy::Weft => Chooser::Weft(WeftIndex::new(cluster, state, sizes, cfg)),
-            PlacementPolicy::Blind => Chooser::Blind(FitIndex::new(state, sizes)),
-            PlacementPolicy::LeastAllocated => Chooser::LeastAllocated(ShareIndex::new(cluster, state, sizes)),
+            PlacementPolicy::Weft => Chooser::Weft(WeftIndex::new(cluster, state, kinds, cfg)),
+            PlacementPolicy::Blind => Chooser::Blind(FitIndex::new(cluster, state, kinds)),
+            PlacementPolicy::LeastAllocated => Chooser::LeastAllocated(ShareIndex::new(cluster, state, kinds)),
         }
     }
 
-    /// A node's free set went from `old` to `new`.
-    fn moved(&mut self, node: usize, old: u128, new: u128) {
+    /// What is free on a node went from `old` to `new`.
+    fn moved(&mut self, cluster: &Cluster, kinds: &Kinds, node: usize, old: Free, new: Free) {
+        let t = cluster.nodes[node].node_type;
         match self {
             Chooser::Weft(index) => {
                 index.leave(node, old);
-                index.join(node, new);
+                index.join(kinds, node, new);
             }
-            Chooser::Blind(index) => index.moved(node, old, new),
-            Chooser::LeastAllocated(index) => index.moved(node, old, new),
+            Chooser::Blind(index) => index.moved(kinds, t, node, old, new),
+            Chooser::LeastAllocated(index) => index.moved(kinds, t, node, old, new),
             #[cfg(test)]
             Chooser::Scan(..) => {}
         }
     }
 
-    /// The node and GPU set for a pod of `gpus` GPUs, or None if no node can take it.
+    /// The node and what a pod of `kind` gets there, or None if no node can take it.
     fn choose(
         &mut self,
         state: &State<'_>,
-        gpus: usize,
+        kinds: &Kinds,
+        kind: usize,
         rng: &mut ChaCha8Rng,
-    ) -> Result<Option<(usize, u128)>, SimError> {
+    ) -> Result<Option<Placement>, SimError> {
         let cluster = state.cluster;
+        let node_local = |n: usize| -> Result<Placement, SimError> {
+            let free = state.free[n];
+            let gpus = gpuallocator_style(cluster, n, free.gpus, kinds.list[kind].key.gpus)?;
+            Ok((n, Free { gpus, vfs: kinds.lowest_vfs(kind, cluster.nodes[n].node_type, free.vfs) }))
+        };
         Ok(match self {
-            Chooser::Weft(index) => index.choose(state, gpus),
-            Chooser::Blind(index) => match index.count(gpus) {
+            Chooser::Weft(index) => index.choose(state, kind),
+            Chooser::Blind(index) => match index.count(kind) {
                 0 => None,
-                len => match index.nth(gpus, rng.random_range(0..len)) {
-                    Some(n) => Some((n, gpuallocator_style(cluster, n, state.free[n], gpus)?)),
-                    None => None,
-                },
+                len => Some(node_local(index.nth(kind, rng.random_range(0..len)))?),
             },
-            Chooser::LeastAllocated(index) => match index.choose(gpus) {
-                Some(n) => Some((n, gpuallocator_style(cluster, n, state.free[n], gpus)?)),
-                None => None,
-            },
+            Chooser::LeastAllocated(index) => index.choose(kind).map(node_local).transpose()?,
             #[cfg(test)]
-            Chooser::Scan(policy, cfg, cache) => scan(state, *policy, gpus, cfg, cache, rng)?,
+            Chooser::Scan(policy, cfg, cache, positions) => {
+                scan(state, kinds, positions, *policy, kind, cfg, cache, rng)?
+            }
         })
+    }
+
+    /// Whether some node can take a pod of `kind` (used for the GPU-only kind of a pod left out).
+    /// The state and kinds are only the scan's.
+    #[cfg_attr(not(test), allow(unused_variables))]
+    fn any_fits(&self, state: &State<'_>, kinds: &Kinds, kind: usize) -> bool {
+        match self {
+            Chooser::Weft(index) => !index.ranking[kind].is_empty(),
+            Chooser::Blind(index) => index.count(kind) > 0,
+            Chooser::LeastAllocated(index) => index.choose(kind).is_some(),
+            #[cfg(test)]
+            Chooser::Scan(..) => {
+                state.free.iter().enumerate().any(|(n, &free)| kinds.fits(kind, state.cluster.nodes[n].node_type, free))
+            }
+        }
     }
 }
 
 /// The policies as plain scans over every node (what the indexes must agree with).
 #[cfg(test)]
+#[allow(clippy::too_many_arguments)]
 fn scan(
     state: &State<'_>,
+    kinds: &Kinds,
+    positions: &VfPositions<'_>,
     policy: PlacementPolicy,
-    gpus: usize,
+    kind: usize,
     cfg: &ScoreConfig,
     cache: &mut ScoreCache,
     rng: &mut ChaCha8Rng,
-) -> Result<Option<(usize, u128)>, SimError> {
+) -> Result<Option<Placement>, SimError> {
     let cluster = state.cluster;
-    let free_count = |n: usize| state.free[n].count_ones() as usize;
+    let type_of = |n: usize| cluster.nodes[n].node_type;
+    let fits = |n: usize| kinds.fits(kind, type_of(n), state.free[n]);
+    let node_local = |n: usize| -> Result<Placement, SimError> {
+        let free = state.free[n];
+        let gpus = gpuallocator_style(cluster, n, free.gpus, kinds.list[kind].key.gpus)?;
+        Ok((n, Free { gpus, vfs: kinds.lowest_vfs(kind, type_of(n), free.vfs) }))
+    };
     Ok(match policy {
         PlacementPolicy::Weft => {
-            let mut best: Option<(u8, u32, usize, u128)> = None;
-            for (n, node) in cluster.nodes.iter().enumerate() {
-                if free_count(n) < gpus {
+            let mut best: Option<(u8, u32, usize, Free)> = None;
+            for n in 0..cluster.nodes.len() {
+                if !fits(n) {
                     continue;
                 }
-                let prepared = &cluster.types[node.node_type].prepared;
-                let Ok(fit) = cache.score(prepared, &mask_to_vec(state.free[n]), gpus, cfg) else { continue };
-                let fc = state.free[n].count_ones();
-                if best.as_ref().is_none_or(|(s, f, _, _)| fit.score > *s || (fit.score == *s && fc < *f)) {
-                    best = Some((fit.score, fc, n, vec_to_mask(&fit.gpus)));
+                let Some((score, held)) =
+                    weft_fit(cluster, positions, kinds, kind, type_of(n), state.free[n], cache, cfg)
+                else {
+                    continue;
+                };
+                let fc = state.free[n].gpus.count_ones();
+                if best.as_ref().is_none_or(|(s, f, _, _)| score > *s || (score == *s && fc < *f)) {
+                    best = Some((score, fc, n, held));
                 }
             }
-            best.map(|(_, _, n, g)| (n, g))
+            best.map(|(_, _, n, held)| (n, held))
         }
         PlacementPolicy::Blind => {
-            let fits: Vec<usize> = (0..cluster.nodes.len()).filter(|&n| free_count(n) >= gpus).collect();
-            if fits.is_empty() {
-                None
-            } else {
-                let n = fits[rng.random_range(0..fits.len())];
-                Some((n, gpuallocator_style(cluster, n, state.free[n], gpus)?))
-            }
+            let fitting: Vec<usize> = (0..cluster.nodes.len()).filter(|&n| fits(n)).collect();
+            if fitting.is_empty() { None } else { Some(node_local(fitting[rng.random_range(0..fitting.len())])?) }
         }
         PlacementPolicy::LeastAllocated => {
             let mut best: Option<(f64, usize)> = None;
             for n in 0..cluster.nodes.len() {
-                if free_count(n) < gpus {
+                if !fits(n) {
                     continue;
                 }
                 let share =
-                    free_count(n) as f64 / cluster.types[cluster.nodes[n].node_type].topology.gpu_count() as f64;
+                    state.free[n].gpus.count_ones() as f64 / cluster.types[type_of(n)].topology.gpu_count() as f64;
                 if best.is_none_or(|(s, _)| share > s) {
                     best = Some((share, n));
                 }
             }
-            match best {
-                Some((_, n)) => Some((n, gpuallocator_style(cluster, n, state.free[n], gpus)?)),
-                None => None,
-            }
+            best.map(|(_, n)| node_local(n)).transpose()?
         }
     })
 }
@@ -511,9 +740,9 @@ pub struct Progress {
 /// Run one policy over the pod stream. `progress` is called now and then with how far it has got,
 /// and once at the end.
 ///
-/// Each decision costs O(sizes · log nodes), not a scan of the nodes: see [`WeftIndex`],
-/// [`FitIndex`] and [`ShareIndex`]; the scans they replace are kept in the tests, which check that
-/// both make every decision alike.
+/// Each decision costs O(kinds · log nodes), not a scan of the nodes (a kind is a pod's GPU count
+/// and VF ask; the stream's distinct kinds): see [`WeftIndex`], [`FitIndex`] and [`ShareIndex`];
+/// the scans they replace are kept in the tests, which check that both make every decision alike.
 pub fn run_policy(
     cluster: &Cluster,
     pods: &[SimPod],
@@ -523,9 +752,26 @@ pub fn run_policy(
     progress: &mut dyn FnMut(Progress),
 ) -> Result<PolicyReport, SimError> {
     check_pods(pods)?;
+    check_cluster(cluster)?;
+    let kinds = Kinds::of_stream(cluster, pods);
     let state = State::new(cluster);
-    let chooser = Chooser::new(cluster, &state, pods, policy, score_config);
-    run(state, chooser, pods, policy, seed, progress, None)
+    let chooser = Chooser::new(cluster, &state, &kinds, policy, score_config);
+    run(state, &kinds, chooser, pods, policy, seed, progress, None)
+}
+
+/// Node types the engine cannot take: more VFs than it keeps per node ([`ClusterSpec::build`]
+/// refuses them already; a [`Cluster`] put together by hand may have them).
+///
+/// [`ClusterSpec::build`]: crate::ClusterSpec::build
+fn check_cluster(cluster: &Cluster) -> Result<(), SimError> {
+    match cluster.types.iter().find(|t| t.topology.vfs().len() > MAX_VFS_PER_NODE) {
+        Some(t) => Err(SimError::TooLarge {
+            what: format!("node type '{}': VFs per node", t.name),
+            asked: t.topology.vfs().len() as u128,
+            limit: MAX_VFS_PER_NODE,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Pods the engine cannot take: none of 0 GPUs (the workload readers refuse them already).
@@ -539,14 +785,16 @@ fn check_pods(pods: &[SimPod]) -> Result<(), SimError> {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run(
     mut state: State<'_>,
+    kinds: &Kinds,
     mut chooser: Chooser<'_>,
     pods: &[SimPod],
     policy: PlacementPolicy,
     seed: u64,
     progress: &mut dyn FnMut(Progress),
-    mut trace: Option<&mut Vec<Option<(usize, u128)>>>,
+    mut trace: Option<&mut Vec<Option<Placement>>>,
 ) -> Result<PolicyReport, SimError> {
     let started = Instant::now();
     let cluster = state.cluster;
@@ -555,15 +803,17 @@ fn run(
     let mut by_size: BTreeMap<usize, SizeCount> = BTreeMap::new();
     let mut bandwidths: Vec<f64> = Vec::new();
     let mut all_nvlink = 0usize;
-    let (mut placed, mut unplaced) = (0usize, 0usize);
+    let (mut placed, mut unplaced, mut unplaced_for_vfs) = (0usize, 0usize, 0usize);
+    let (mut vf_placed, mut vf_near) = (0usize, 0usize);
     let (mut stranded_sum, mut free_sum) = (0f64, 0f64);
     let step = (pods.len() / 1000).max(1);
 
     for (i, pod) in pods.iter().enumerate() {
         while departures.peek().is_some_and(|d| d.0.at <= pod.arrival) {
             if let Some(Reverse(d)) = departures.pop() {
-                let old = state.set_free(d.node, state.free[d.node] | d.gpus);
-                chooser.moved(d.node, old, state.free[d.node]);
+                let f = state.free[d.node];
+                let old = state.set_free(d.node, Free { gpus: f.gpus | d.held.gpus, vfs: f.vfs | d.held.vfs });
+                chooser.moved(cluster, kinds, d.node, old, state.free[d.node]);
             }
         }
         stranded_sum += state.total_stranded as f64;
@@ -571,27 +821,43 @@ fn run(
         let entry = by_size.entry(pod.gpus).or_default();
         entry.offered += 1;
 
-        let choice = chooser.choose(&state, pod.gpus, &mut rng)?;
+        let kind = kinds.of(pod).ok_or_else(|| SimError::Format {
+            source_name: "workload".into(),
+            message: format!("pod '{}' is not of the stream the run was set up for", pod.name),
+        })?;
+        let choice = chooser.choose(&state, kinds, kind, &mut rng)?;
         if let Some(t) = trace.as_deref_mut() {
             t.push(choice);
         }
         match choice {
-            Some((n, mask)) => {
-                debug_assert_eq!(state.free[n] & mask, mask, "allocated GPUs must be free");
-                debug_assert_eq!(mask.count_ones() as usize, pod.gpus);
-                let old = state.set_free(n, state.free[n] & !mask);
-                chooser.moved(n, old, state.free[n]);
-                departures.push(Reverse(Departure { at: pod.arrival + pod.duration, node: n, gpus: mask }));
+            Some((n, held)) => {
+                let f = state.free[n];
+                debug_assert_eq!(f.gpus & held.gpus, held.gpus, "allocated GPUs must be free");
+                debug_assert_eq!(f.vfs & held.vfs, held.vfs, "allocated VFs must be free");
+                debug_assert_eq!(held.gpus.count_ones() as usize, pod.gpus);
+                let old = state.set_free(n, Free { gpus: f.gpus & !held.gpus, vfs: f.vfs & !held.vfs });
+                chooser.moved(cluster, kinds, n, old, state.free[n]);
+                departures.push(Reverse(Departure { at: pod.arrival + pod.duration, node: n, held }));
                 placed += 1;
                 entry.placed += 1;
+                let topo = &cluster.types[cluster.nodes[n].node_type].topology;
                 if pod.gpus >= 2 {
-                    let topo = &cluster.types[cluster.nodes[n].node_type].topology;
-                    let gpus = mask_to_vec(mask);
+                    let gpus = mask_to_vec(held.gpus);
                     bandwidths.push(topo.mean_pair_bandwidth_gbps(&gpus));
                     all_nvlink += usize::from(topo.all_nvlinked(&gpus));
                 }
+                if kinds.asks_vfs(kind) {
+                    vf_placed += 1;
+                    vf_near += usize::from(all_near(topo, held.gpus, held.vfs));
+                }
             }
-            None => unplaced += 1,
+            None => {
+                unplaced += 1;
+                if kinds.asks_vfs(kind) && kinds.gpus_only(pod.gpus).is_some_and(|k| chooser.any_fits(&state, kinds, k))
+                {
+                    unplaced_for_vfs += 1;
+                }
+            }
         }
         if i % step == 0 {
             progress(Progress { handled: i + 1, placed });
@@ -609,11 +875,14 @@ fn run(
         policy: policy.name().to_string(),
         placed,
         unplaced,
+        unplaced_for_vfs,
         by_size,
         multi_gpu_placed: multi,
         mean_pair_bandwidth_gbps: mean_bw,
         p10_pair_bandwidth_gbps: p10,
         all_nvlink_share: if multi == 0 { 0.0 } else { all_nvlink as f64 / multi as f64 },
+        vf_pods_placed: vf_placed,
+        vf_near_gpu_share: if vf_placed == 0 { 0.0 } else { vf_near as f64 / vf_placed as f64 },
         mean_stranded_gpus: stranded_sum / arrivals,
         stranded_share_of_free: if free_sum > 0.0 { stranded_sum / free_sum } else { 0.0 },
         run_ms: started.elapsed().as_secs_f64() * 1000.0,
@@ -628,7 +897,7 @@ mod tests {
     use crate::cluster::{ClusterSpec, NodeTypeSpec, builtin_types};
     use crate::workload::Generate;
 
-    /// Every decision of a run: the node and GPU set per pod, or None.
+    /// Every decision of a run: the node and what the pod got, or None.
     fn trace(
         cluster: &Cluster,
         pods: &[SimPod],
@@ -636,46 +905,60 @@ mod tests {
         cfg: &ScoreConfig,
         seed: u64,
         scan_only: bool,
-    ) -> (Vec<Option<(usize, u128)>>, PolicyReport) {
+    ) -> (Vec<Option<Placement>>, PolicyReport) {
+        let kinds = Kinds::of_stream(cluster, pods);
         let state = State::new(cluster);
         let chooser = if scan_only {
-            Chooser::Scan(policy, cfg.clone(), ScoreCache::new())
+            Chooser::Scan(policy, cfg.clone(), ScoreCache::new(), VfPositions::of(cluster))
         } else {
-            Chooser::new(cluster, &state, pods, policy, cfg)
+            Chooser::new(cluster, &state, &kinds, policy, cfg)
         };
         let mut decisions = Vec::new();
-        let report = run(state, chooser, pods, policy, seed, &mut |_| {}, Some(&mut decisions)).unwrap();
+        let report = run(state, &kinds, chooser, pods, policy, seed, &mut |_| {}, Some(&mut decisions)).unwrap();
         (decisions, report)
     }
 
+    fn build(types: Vec<NodeTypeSpec>) -> Cluster {
+        ClusterSpec { api_version: crate::API_VERSION.into(), kind: "SimCluster".into(), node_types: types }
+            .build(None)
+            .unwrap()
+    }
+
+    /// The built-in types in order, `counts[i]` nodes of the i-th, default VFs.
     fn cluster(counts: &[usize]) -> Cluster {
-        let types = builtin_types();
-        let spec = ClusterSpec {
-            api_version: crate::API_VERSION.into(),
-            kind: "SimCluster".into(),
-            node_types: counts
-                .iter()
-                .zip(&types)
-                .map(|(&count, (name, _))| NodeTypeSpec {
-                    name: name.to_string(),
-                    topology: format!("builtin:{name}"),
-                    count,
-                })
-                .collect(),
-        };
-        spec.build(None).unwrap()
+        build(
+            counts.iter().zip(builtin_types()).map(|(&count, (name, _))| NodeTypeSpec::builtin(name, count)).collect(),
+        )
+    }
+
+    /// `count` nodes of built-in type `name` with `vfs_per_nic` VFs on each NIC.
+    fn with_vfs(name: &str, count: usize, vfs_per_nic: usize) -> NodeTypeSpec {
+        NodeTypeSpec { vfs_per_nic: Some(vfs_per_nic), ..NodeTypeSpec::builtin(name, count) }
+    }
+
+    /// A pod of `gpus` GPUs and `vfs` VFs of `fabric`.
+    fn pod(name: &str, gpus: usize, vfs: usize, arrival: f64, duration: f64) -> SimPod {
+        let mut p = SimPod::gpus(name, gpus, arrival, duration);
+        if vfs > 0 {
+            p.vfs = vec![("fabric".into(), vfs)];
+        }
+        p
     }
 
     proptest! {
         #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
 
         /// The indexes decide exactly as the scans over every node do, pod by pod, for every policy:
-        /// mixed node types, pod sizes some nodes cannot take (3, 5, 16), loads from light to far
-        /// over capacity, any remainder weight and seed.
+        /// mixed node types with few or many VFs (or none), pod sizes some nodes cannot take (3, 5,
+        /// 16), pods asking 1–3 VFs or none, loads from light to far over capacity, any remainder
+        /// weight and seed.
         #[test]
         fn indexes_decide_as_the_scans_do(
             counts in proptest::collection::vec(0usize..6, 8),
+            vfs_per_nic in proptest::collection::vec(prop::sample::select(vec![0usize, 1, 2, 8]), 8),
             sizes in proptest::collection::btree_map(prop::sample::select(vec![1usize, 2, 3, 4, 5, 8, 16]), 0.05f64..1.0, 1..5),
+            vf_share in prop::sample::select(vec![0.0f64, 0.3, 0.7, 1.0]),
+            vfs_per_pod in 1usize..4,
             pods in 50usize..400,
             load in 0.3f64..3.0,
             weight in 0.0f64..1.0,
@@ -685,7 +968,10 @@ mod tests {
             if counts.iter().all(|&c| c == 0) {
                 counts[seed as usize % 8] = 1;
             }
-            let cluster = cluster(&counts);
+            let types = builtin_types();
+            let cluster = build(
+                (0..8).map(|i| with_vfs(types[i].0, counts[i], vfs_per_nic[i])).collect(),
+            );
             let mean_size: f64 = sizes.iter().map(|(s, p)| *s as f64 * p).sum::<f64>() / sizes.values().sum::<f64>();
             let generate = Generate {
                 pods,
@@ -693,6 +979,9 @@ mod tests {
                 sizes,
                 mean_interarrival_seconds: 3600.0 * mean_size / (load * cluster.total_gpus() as f64),
                 mean_duration_seconds: 3600.0,
+                vf_share,
+                vfs_per_pod,
+                vf_physnet: "fabric".into(),
             };
             let stream = generate.pods().unwrap();
             let cfg = ScoreConfig { remainder_weight: weight };
@@ -700,18 +989,142 @@ mod tests {
                 let (indexed, a) = trace(&cluster, &stream, policy, &cfg, seed, false);
                 let (scanned, b) = trace(&cluster, &stream, policy, &cfg, seed, true);
                 if let Some(i) = (0..stream.len()).find(|&i| indexed[i] != scanned[i]) {
-                    prop_assert!(false, "{}: pod {i} ({} GPUs): index chose {:?}, scan {:?}",
-                        policy.name(), stream[i].gpus, indexed[i], scanned[i]);
+                    prop_assert!(false, "{}: pod {i} ({} GPUs, VFs {:?}): index chose {:?}, scan {:?}",
+                        policy.name(), stream[i].gpus, stream[i].vfs, indexed[i], scanned[i]);
                 }
                 prop_assert_eq!(PolicyReport { run_ms: 0.0, ..a }, PolicyReport { run_ms: 0.0, ..b });
             }
         }
     }
 
+    /// The NIC (position in the topology's NICs) of the VFs held, one per VF.
+    fn nics_of(cluster: &Cluster, node: usize, vfs: u128) -> Vec<usize> {
+        let topo = &cluster.types[cluster.nodes[node].node_type].topology;
+        mask_to_vec(vfs).into_iter().map(|v| topo.vf_nic(v)).collect()
+    }
+
+    #[test]
+    fn weft_gives_a_vf_pod_the_vf_beside_its_gpu_and_blind_the_lowest_free_vf() {
+        // HGX H100: GPU k and NIC k share a PCIe switch (PIX); other NICs are NODE or SYS.
+        let cluster = build(vec![with_vfs("hgx-h100", 1, 8)]);
+        let pods = [pod("a", 1, 1, 0.0, 100.0), pod("b", 1, 1, 1.0, 100.0), pod("c", 1, 1, 2.0, 100.0)];
+        let (weft, report) = trace(&cluster, &pods, PlacementPolicy::Weft, &ScoreConfig::default(), 1, false);
+        for d in &weft {
+            let (n, held) = d.unwrap();
+            let gpus = mask_to_vec(held.gpus);
+            assert_eq!(gpus.len(), 1);
+            assert_eq!(nics_of(&cluster, n, held.vfs), gpus, "the VF is on the GPU's own NIC: {d:?}");
+        }
+        assert_eq!((report.vf_pods_placed, report.vf_near_gpu_share), (3, 1.0));
+
+        // blind: lowest free GPU, lowest free VF address. VFs 0 and 1 both sit on NIC0, which
+        // shares a switch with GPU0 only, so the second and third pods get a VF across the host
+        // bridge.
+        let (blind, report) = trace(&cluster, &pods, PlacementPolicy::Blind, &ScoreConfig::default(), 1, false);
+        let got: Vec<(u128, u128)> = blind.iter().map(|d| d.map(|(_, h)| (h.gpus, h.vfs)).unwrap()).collect();
+        assert_eq!(got, [(0b1, 0b1), (0b10, 0b10), (0b100, 0b100)]);
+        assert_eq!(cluster.types[0].topology.vfs()[0].pci_address, "0000:10:02.0", "lowest address first");
+        assert_eq!(report.vf_pods_placed, 3);
+        assert!((report.vf_near_gpu_share - 1.0 / 3.0).abs() < 1e-9, "{report:?}");
+    }
+
+    #[test]
+    fn weft_prefers_the_node_where_the_vf_sits_beside_the_gpus() {
+        // v100-sxm2's one NIC is NODE to GPUs 0-3 and SYS to the rest: never beside a GPU. The
+        // HGX H100 comes second in node order, so only the VF's nearness can make weft pick it.
+        let cluster = build(vec![with_vfs("v100-sxm2", 1, 8), with_vfs("hgx-h100", 1, 8)]);
+        let pods = [pod("a", 2, 1, 0.0, 100.0)];
+        let (weft, report) = trace(&cluster, &pods, PlacementPolicy::Weft, &ScoreConfig::default(), 1, false);
+        assert_eq!(weft[0].map(|(n, _)| n), Some(1), "{weft:?}");
+        assert_eq!(report.vf_near_gpu_share, 1.0);
+        // Without VFs the same pod goes by GPU score alone.
+        let gpu_only = [pod("a", 2, 0, 0.0, 100.0)];
+        let (weft, report) = trace(&cluster, &gpu_only, PlacementPolicy::Weft, &ScoreConfig::default(), 1, false);
+        assert!(weft[0].is_some());
+        assert_eq!((report.vf_pods_placed, report.vf_near_gpu_share), (0, 0.0), "no VF pods, no share");
+    }
+
+    #[test]
+    fn a_node_short_of_vfs_does_not_take_a_vf_pod() {
+        // Node 0 has no VFs, node 1 has 8 (one per NIC): every policy would take node 0 first for a
+        // GPU-only pod (weft and least-allocated by node order on a tie, blind by chance).
+        let cluster = build(vec![with_vfs("hgx-h100", 1, 0), with_vfs("hgx-h100", 1, 1)]);
+        assert_eq!(cluster.types[0].topology.vfs().len(), 0);
+        assert_eq!(cluster.types[1].topology.vfs().len(), 8);
+        let pods = [pod("a", 1, 1, 0.0, 100.0), pod("b", 1, 8, 1.0, 100.0), pod("c", 1, 9, 2.0, 100.0)];
+        for policy in PlacementPolicy::ALL {
+            for seed in 0..8 {
+                let (d, report) = trace(&cluster, &pods, policy, &ScoreConfig::default(), seed, false);
+                assert_eq!(d[0].map(|(n, _)| n), Some(1), "{}: {d:?}", policy.name());
+                // 7 VFs left on node 1: 8 do not fit, although its GPUs are free.
+                assert_eq!(d[1], None, "{}: {d:?}", policy.name());
+                assert_eq!(d[2], None, "{}: more VFs than any node has", policy.name());
+                assert_eq!((report.placed, report.unplaced, report.unplaced_for_vfs), (1, 2, 2), "{}", policy.name());
+            }
+        }
+    }
+
+    #[test]
+    fn a_physnet_named_twice_in_a_pod_counts_once_with_the_sum() {
+        let cluster = build(vec![with_vfs("hgx-h100", 1, 1)]);
+        let mut twice = pod("a", 1, 1, 0.0, 10.0);
+        twice.vfs.push(("fabric".into(), 2));
+        let (d, _) = trace(&cluster, &[twice], PlacementPolicy::Blind, &ScoreConfig::default(), 1, false);
+        assert_eq!(d[0].map(|(_, h)| h.vfs), Some(0b111), "3 VFs, the lowest three");
+    }
+
+    #[test]
+    fn departures_free_vfs() {
+        // 8 VFs on the node; the first pod holds all of them until t = 10.
+        let cluster = build(vec![with_vfs("hgx-h100", 1, 1)]);
+        let pods = [pod("all", 1, 8, 0.0, 10.0), pod("early", 1, 1, 5.0, 10.0), pod("late", 1, 1, 20.0, 10.0)];
+        for policy in PlacementPolicy::ALL {
+            let (d, report) = trace(&cluster, &pods, policy, &ScoreConfig::default(), 1, false);
+            assert_eq!(d[0].map(|(_, h)| h.vfs), Some(0xff), "{}", policy.name());
+            assert_eq!(d[1], None, "{}: no VF free while 'all' runs", policy.name());
+            let (_, late) = d[2].unwrap_or_else(|| panic!("{}: the VFs came back", policy.name()));
+            assert_eq!(late.vfs.count_ones(), 1);
+            assert_eq!(report.unplaced_for_vfs, 1, "{}", policy.name());
+        }
+    }
+
+    #[test]
+    fn a_hand_built_node_with_more_vfs_than_the_engine_keeps_is_an_error() {
+        let mut topology = crate::cluster::builtin_topology("dgx-a100").unwrap();
+        let vfs = (0..130)
+            .map(|i| weft_topology::Vf {
+                pci_address: crate::cluster::synthetic_vf_address(i / 13, i % 13),
+                nic: topology.nics[i / 13].name.clone(),
+                physnet: Some("fabric".into()),
+            })
+            .collect();
+        topology.set_vfs(vfs).unwrap();
+        let prepared = weft_alloc::PreparedNode::new(&topology).unwrap();
+        let cluster = Cluster {
+            types: vec![crate::cluster::NodeType {
+                name: "big".into(),
+                topology: std::sync::Arc::new(topology),
+                prepared: std::sync::Arc::new(prepared),
+            }],
+            nodes: vec![crate::cluster::SimNode { name: "big-0".into(), node_type: 0 }],
+        };
+        let e = run_policy(
+            &cluster,
+            &[pod("a", 1, 1, 0.0, 1.0)],
+            PlacementPolicy::Blind,
+            &ScoreConfig::default(),
+            1,
+            &mut |_| {},
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("'big'") && e.contains("130") && e.contains("128"), "{e}");
+    }
+
     #[test]
     fn a_pod_of_no_gpus_is_an_error_naming_it() {
         let cluster = cluster(&[1]);
-        let pods = vec![SimPod { name: "idle".into(), gpus: 0, arrival: 0.0, duration: 1.0 }];
+        let pods = vec![SimPod::gpus("idle", 0, 0.0, 1.0)];
         let e = run_policy(&cluster, &pods, PlacementPolicy::Weft, &ScoreConfig::default(), 1, &mut |_| {})
             .unwrap_err()
             .to_string();

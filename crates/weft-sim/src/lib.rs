@@ -1,6 +1,7 @@
 //! weft-sim: an embedded cluster model that drives weft's placement code (the same `weft-alloc`
-//! functions the scheduler extender calls) over a stream of GPU pods, side by side with
-//! topology-blind baselines. It is the engine of `weft simulate`.
+//! functions and `weft-net` joint GPU + VF decision the scheduler extender calls) over a stream of
+//! GPU pods, some asking for SR-IOV VFs, side by side with topology-blind baselines. It is the
+//! engine of `weft simulate`.
 
 pub mod cluster;
 pub mod engine;
@@ -12,13 +13,13 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 use weft_alloc::ScoreConfig;
 
-pub use cluster::{Cluster, ClusterSpec, builtin_topology, builtin_types};
+pub use cluster::{Cluster, ClusterSpec, NodeTypeSpec, builtin_topology, builtin_types};
 pub use engine::{PlacementPolicy, PolicyReport, Progress, run_policy};
 pub use workload::{Generate, SimPod, parse_workload, read_workload};
 
 /// Most nodes a simulated cluster may have (a few hundred bytes each, plus the policies' indexes).
 pub const MAX_NODES: usize = 1_000_000;
-/// Most pods a workload may have (about 100 bytes each while a run lasts).
+/// Most pods a workload may have (about 100–150 bytes each while a run lasts, VF asks included).
 pub const MAX_PODS: usize = 10_000_000;
 
 /// `apiVersion` of the simulator's files.
@@ -81,6 +82,9 @@ pub struct ClusterSummary {
     pub nodes: usize,
     /// GPUs.
     pub gpus: usize,
+    /// SR-IOV VFs.
+    #[serde(default)]
+    pub vfs: usize,
     /// Nodes per type.
     pub node_types: BTreeMap<String, usize>,
 }
@@ -93,6 +97,9 @@ pub struct WorkloadSummary {
     pub pods: usize,
     /// Pods per GPU count.
     pub by_size: BTreeMap<usize, usize>,
+    /// Pods that ask for SR-IOV VFs.
+    #[serde(default)]
+    pub vf_pods: usize,
     /// GPU-seconds offered per GPU-second of cluster capacity over the arrival window (what the drawn
     /// stream really offers; a generated one scatters around its target).
     pub offered_load: f64,
@@ -139,10 +146,11 @@ pub fn simulate(
         reports.push(run_policy(cluster, pods, policy, score_config, seed, &mut |p| progress(i, p))?);
     }
     Ok(SimReport {
-        cluster: ClusterSummary { nodes: cluster.nodes.len(), gpus, node_types },
+        cluster: ClusterSummary { nodes: cluster.nodes.len(), gpus, vfs: cluster.total_vfs(), node_types },
         workload: WorkloadSummary {
             pods: pods.len(),
             by_size,
+            vf_pods: pods.iter().filter(|p| p.vf_count() > 0).count(),
             offered_load: gpu_seconds / (window * gpus.max(1) as f64),
             target_load: None,
         },

@@ -17,7 +17,8 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "FILE")]
     cluster: Option<PathBuf>,
     /// Workload file: a `kind: SimWorkload` generator or Pod manifests with `sim.weft.io/arrival`
-    /// and `sim.weft.io/duration` annotations; default: a generated stream.
+    /// and `sim.weft.io/duration` annotations (VFs as `sriov.weft.io/<physnet>` requests); default:
+    /// a generated stream, half of its pods asking for one VF of `fabric`.
     #[arg(long, value_name = "FILE")]
     workload: Option<PathBuf>,
     /// Scale the cluster to this many nodes (at most 1,000,000), keeping its mix of node types.
@@ -160,12 +161,22 @@ impl PolicyProgress {
 
 fn print_report(r: &SimReport) -> anyhow::Result<()> {
     let types: Vec<String> = r.cluster.node_types.iter().map(|(k, v)| format!("{v}× {k}")).collect();
-    outln!("cluster:  {} nodes, {} GPUs ({})", r.cluster.nodes, r.cluster.gpus, types.join(", "))?;
+    outln!(
+        "cluster:  {} nodes, {} GPUs, {} SR-IOV VFs ({})",
+        r.cluster.nodes,
+        r.cluster.gpus,
+        r.cluster.vfs,
+        types.join(", ")
+    )?;
     let sizes: Vec<String> = r.workload.by_size.iter().map(|(k, v)| format!("{v}× {k}-GPU")).collect();
     let sizes = if sizes.is_empty() { String::new() } else { format!(" ({})", sizes.join(", ")) };
     let target = r.workload.target_load.map_or(String::new(), |t| format!(" (generated for {:.0}%)", t * 100.0));
+    let vfs = match r.workload.vf_pods {
+        0 => String::new(),
+        n => format!(", {n} asking for VFs"),
+    };
     outln!(
-        "workload: {} pods{sizes}, offered load {:.0}% of GPU capacity{target}",
+        "workload: {} pods{sizes}{vfs}, offered load {:.0}% of GPU capacity{target}",
         r.workload.pods,
         r.workload.offered_load * 100.0
     )?;
@@ -177,18 +188,23 @@ fn print_report(r: &SimReport) -> anyhow::Result<()> {
         "mean pair GB/s",
         "p10 pair GB/s",
         "all-NVLink sets",
+        "VFs by their GPUs",
         "stranded free GPUs",
         "run time",
     ]);
     for p in &r.policies {
         let eight = p.by_size.get(&8).map_or("-".to_string(), |c| format!("{}/{}", c.placed, c.offered));
+        let short =
+            if p.unplaced_for_vfs > 0 { format!(" ({} short of VFs)", p.unplaced_for_vfs) } else { String::new() };
+        let near = if p.vf_pods_placed == 0 { "-".to_string() } else { format!("{:.1}%", p.vf_near_gpu_share * 100.0) };
         t.add_row(vec![
             p.policy.clone(),
-            format!("{}/{}", p.placed, p.placed + p.unplaced),
+            format!("{}/{}{short}", p.placed, p.placed + p.unplaced),
             eight,
             format!("{:.1}", p.mean_pair_bandwidth_gbps),
             format!("{:.1}", p.p10_pair_bandwidth_gbps),
             format!("{:.1}%", p.all_nvlink_share * 100.0),
+            near,
             format!("{:.1} ({:.1}% of free)", p.mean_stranded_gpus, p.stranded_share_of_free * 100.0),
             format!("{:.0} ms", p.run_ms),
         ]);
@@ -196,6 +212,9 @@ fn print_report(r: &SimReport) -> anyhow::Result<()> {
     outln!("{t}")?;
     outln!()?;
     outln!("pair GB/s: mean bandwidth between the GPUs of each multi-GPU pod (per direction, estimated from")?;
-    outln!("link type and generation). stranded: free GPUs whose NVLink peers are all busy, averaged over arrivals.")?;
+    outln!("link type and generation). VFs by their GPUs: share of placed pods asking for VFs whose every VF")?;
+    outln!("shares a PCIe switch with one of their GPUs (GPUDirect RDMA without the host bridge); short of VFs:")?;
+    outln!("pods not placed because no node with their GPUs free had their VFs free. stranded: free GPUs whose")?;
+    outln!("NVLink peers are all busy, averaged over arrivals.")?;
     Ok(())
 }

@@ -48,6 +48,29 @@ fn simulate_default_weft_beats_blind_on_bandwidth_and_stranding() {
 }
 
 #[test]
+fn simulate_shows_how_often_vfs_sit_by_their_gpus_weft_more_than_blind() {
+    // The default stream: half the pods ask for one VF of `fabric`, every NIC of the embedded
+    // cluster offers VFs.
+    let table = weft(&["simulate", "--pods", "1000", "--seed", "1"]);
+    assert!(table.status.success(), "{}", String::from_utf8_lossy(&table.stderr));
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(text.contains("VFs by their GPUs"), "the column is there: {text}");
+    assert!(text.contains("SR-IOV VFs") && text.contains("asking for VFs"), "{text}");
+    let v = stdout_json(&weft(&["simulate", "--pods", "1000", "--seed", "1", "-o", "json"]));
+    assert!(v["cluster"]["vfs"].as_u64().unwrap() > 0, "{}", v["cluster"]);
+    let asking = v["workload"]["vfPods"].as_u64().unwrap();
+    assert!(asking > 300 && asking < 700, "about half of 1000: {asking}");
+    let p = |name: &str| v["policies"].as_array().unwrap().iter().find(|p| p["policy"] == name).unwrap().clone();
+    let (w, b) = (p("weft"), p("blind"));
+    for x in [&w, &b] {
+        assert!(x["vfPodsPlaced"].as_u64().unwrap() > 0, "{x}");
+        assert!(x["unplacedForVfs"].as_u64().unwrap() <= x["unplaced"].as_u64().unwrap(), "{x}");
+    }
+    let share = |x: &serde_json::Value| x["vfNearGpuShare"].as_f64().unwrap();
+    assert!(share(&w) > share(&b), "weft {w} blind {b}");
+}
+
+#[test]
 fn simulate_reads_cluster_and_pod_manifest_files() {
     let dir = tempfile::tempdir().unwrap();
     let node = dir.path().join("node.txt");
@@ -81,6 +104,41 @@ fn simulate_reads_cluster_and_pod_manifest_files() {
     assert_eq!(w["placed"], 2);
     assert_eq!(w["allNvlinkShare"].as_f64(), Some(1.0), "{w}");
     assert_eq!(v["cluster"]["nodeTypes"]["lab"], 1);
+}
+
+#[test]
+fn simulate_reads_vf_requests_and_vfs_per_nic_from_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = dir.path().join("cluster.yaml");
+    std::fs::write(
+        &cluster,
+        "apiVersion: weft.io/v1alpha1\nkind: SimCluster\nnodeTypes:\n  - {name: h100, topology: builtin:hgx-h100, count: 1, vfsPerNic: 1}\n",
+    )
+    .unwrap();
+    let pods = dir.path().join("pods.yaml");
+    let pod = |name: &str, vfs: u32, at: u32| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  annotations: {{sim.weft.io/arrival: \"{at}\", sim.weft.io/duration: \"1000\"}}\nspec:\n  containers:\n    - name: c\n      resources: {{limits: {{nvidia.com/gpu: 1, sriov.weft.io/fabric: {vfs}}}}}\n"
+        )
+    };
+    // 8 VFs on the node (one per NIC): two pods of one VF fit, then one of 7 does not.
+    std::fs::write(&pods, format!("{}---\n{}---\n{}", pod("a", 1, 1), pod("b", 1, 2), pod("c", 7, 3))).unwrap();
+    let v = stdout_json(&weft(&[
+        "simulate",
+        "--cluster",
+        cluster.to_str().unwrap(),
+        "--workload",
+        pods.to_str().unwrap(),
+        "--policies",
+        "weft",
+        "-o",
+        "json",
+    ]));
+    assert_eq!(v["cluster"]["vfs"], 8);
+    assert_eq!(v["workload"]["vfPods"], 3);
+    let w = &v["policies"][0];
+    assert_eq!((w["placed"].as_u64(), w["unplacedForVfs"].as_u64()), (Some(2), Some(1)), "{w}");
+    assert_eq!(w["vfNearGpuShare"].as_f64(), Some(1.0), "each VF on its GPU's own NIC: {w}");
 }
 
 #[test]
