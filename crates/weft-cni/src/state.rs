@@ -3,7 +3,7 @@
 //! - `<containerID>-<ifname>.json`: one attachment ([`Attachment`]): the pod, the netns, and per
 //!   VF its original state (host name, MAC, MTU, up, and the PF-side VLAN/MAC when ADD changed
 //!   them), what ADD applied, and the VIF as `weft_net::vif::Vif`, the facts of the pod's
-//!   `weft.io/vifs` record (publishing it on the pod is planned: docs/cni.md);
+//!   `weft.io/vifs` record (the node agent publishes it on the pod: docs/cni.md);
 //! - `pci/<pci>`: the VF's allocation record; its content is the netns path holding the VF;
 //! - `pci/<pci>.lock`: the VF's lock file (an exclusive `flock` while an ADD or DEL works on it).
 //!

@@ -17,13 +17,16 @@
 //! 5. the write-back ([`writeback`]) sets `weft.io/vf-ids` to what the kubelet's PodResources says
 //!    each pod really got, every physnet in one write.
 //!
-//! A VF is Unhealthy while its PF's link is down or it is gone from sysfs ([`health`]).
+//! A VF is Unhealthy while its PF's link is down or it is gone from sysfs ([`health`]). What
+//! weft-cni made of each VF in the pod (interface, MAC, IPs, VLAN) is published on the pod as
+//! `weft.io/vifs` and Multus' network-status ([`vifs`]).
 
 pub mod choice;
 pub mod error;
 pub mod health;
 pub mod inventory;
 pub mod plugin;
+pub mod vifs;
 pub mod writeback;
 
 pub use error::SriovError;

@@ -21,6 +21,7 @@ use weft_agent::orm::OrmConfig;
 use weft_agent::pod::SysfsLocator;
 use weft_agent::policy::TopologyPolicy;
 use weft_agent::service::{self, Mode, ServiceConfig};
+use weft_cni::state::StateDir;
 use weft_deviceplugin::PluginOptions as DevicePluginOptions;
 use weft_deviceplugin::handshake::NodePods;
 use weft_deviceplugin::podresources::{AssignedDevices, PodResourcesClient};
@@ -30,6 +31,7 @@ use weft_kube::write::RetryPolicy;
 use weft_net::config::PhysnetConfig;
 use weft_nri::plugin::PluginOptions;
 use weft_record::node_agent::{Discover, PublisherConfig, PublisherMetrics, keep_topology_published};
+use weft_sriov_plugin::vifs::KubeVifWriter;
 use weft_sriov_plugin::{SriovPlugin, SriovPlugins, VfInventory, gpu_places};
 use weft_topology::discover::{DiscoveryCache, SysfsRoot, read_cpu_layout, read_sriov};
 use weft_topology::model::uniform_node;
@@ -150,9 +152,14 @@ pub struct SriovArgs {
     /// Re-read the VFs' PF links (health) this often, seconds.
     #[arg(long, default_value_t = 10, value_name = "SECONDS")]
     sriov_health_period: u64,
-    /// Write back `weft.io/vf-ids` at least this often, seconds (and after every allocation).
+    /// Write back `weft.io/vf-ids` at least this often, seconds (and after every allocation), and
+    /// publish the pods' VIF records from weft-cni's attachments this often.
     #[arg(long, default_value_t = 30, value_name = "SECONDS")]
     sriov_write_back_period: u64,
+    /// weft-cni's `cacheDir` on the host: its attachments become the pods' `weft.io/vifs` and
+    /// network-status (with --sriov-plugin).
+    #[arg(long, default_value = weft_cni::conf::DEFAULT_CACHE_DIR, value_name = "DIR")]
+    cni_cache_dir: PathBuf,
 }
 
 impl SriovArgs {
@@ -500,8 +507,14 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
             tasks.push(tokio::spawn(
                 weft_sriov_plugin::health::watch_health(sriov.clone(), root, health, c.shutdown.clone()).map(Ok),
             ));
-            let annotator = Arc::new(KubeAnnotator::new(client, a.field_manager.clone()));
             let period = Duration::from_secs(a.sriov.sriov_write_back_period);
+            let pods: Arc<dyn NodePods> = Arc::new(KubeletPods(Arc::new(kubelet_client(&a.orm)?)));
+            let writer = Arc::new(KubeVifWriter::new(client.clone(), a.field_manager.clone()));
+            let state = StateDir::new(&a.sriov.cni_cache_dir);
+            tasks.push(tokio::spawn(
+                weft_sriov_plugin::vifs::run(state, pods, writer, period, c.shutdown.clone()).map(Ok),
+            ));
+            let annotator = Arc::new(KubeAnnotator::new(client, a.field_manager.clone()));
             let plugins = SriovPlugins::new(sriov)?;
             tasks.push(tokio::spawn(
                 weft_sriov_plugin::writeback::run(plugins, annotator, period, c.shutdown.clone()).map(Ok),
