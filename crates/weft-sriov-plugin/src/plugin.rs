@@ -77,8 +77,17 @@ pub fn info_env_name(resource: &str) -> String {
 
 /// Where RDMA devices' character devices are, on the host and in the container.
 pub const RDMA_DEV_DIR: &str = "/dev/infiniband";
-/// The RDMA connection manager's device, which every RDMA container needs.
+/// The RDMA connection manager's device, which RDMA containers use to set up connections. It exists
+/// only while the kernel module `rdma_ucm` is loaded, so it is given only where the host has it
+/// ([`rdma_cm_present`]): a device node the host lacks would fail the container's creation.
 pub const RDMA_CM: &str = "/dev/infiniband/rdma_cm";
+
+/// Whether the host has [`RDMA_CM`]: `rdma_ucm` registers it as the misc device `rdma_cm`, which
+/// sysfs shows as `sys/class/misc/rdma_cm` (read under `root`, since the agent sees the host's
+/// sysfs, not its /dev).
+pub fn rdma_cm_present(root: &weft_topology::discover::SysfsRoot) -> bool {
+    root.join("sys/class/misc/rdma_cm").exists()
+}
 
 /// The VF plugin of one physnet.
 pub struct SriovPlugin {
@@ -87,6 +96,7 @@ pub struct SriovPlugin {
     resource: String,
     inventory: VfInventory,
     gpus: Vec<GpuPlace>,
+    rdma_cm: bool,
     accounting: Accounting<Vec<String>, String>,
     devices: watch::Sender<Vec<api::Device>>,
 }
@@ -113,8 +123,16 @@ impl SriovPlugin {
             resource,
             inventory: vfs,
             gpus,
+            rdma_cm: true,
             devices,
         }
+    }
+
+    /// Whether RDMA containers get [`RDMA_CM`] (on by default; the agent says whether the host has
+    /// it, [`rdma_cm_present`]).
+    pub fn with_rdma_cm(mut self, present: bool) -> SriovPlugin {
+        self.rdma_cm = present;
+        self
     }
 
     /// The physnet.
@@ -182,12 +200,15 @@ impl SriovPlugin {
         for vf in vfs {
             let mut facts = json!({"generic": {"deviceID": vf.pci_address}});
             if let Some(rdma) = &vf.rdma_device {
-                let mut r = json!({"rdma_dev": rdma, "rdma_cm": RDMA_CM});
+                let mut r = json!({"rdma_dev": rdma});
                 if let Some(uverbs) = &vf.uverbs {
                     r["uverbs"] = json!(format!("{RDMA_DEV_DIR}/{uverbs}"));
                     push_device(&mut response, &format!("{RDMA_DEV_DIR}/{uverbs}"));
                 }
-                push_device(&mut response, RDMA_CM);
+                if self.rdma_cm {
+                    r["rdma_cm"] = json!(RDMA_CM);
+                    push_device(&mut response, RDMA_CM);
+                }
                 facts["rdma"] = r;
             }
             info.insert(vf.pci_address.clone(), facts);
@@ -276,8 +297,39 @@ impl DeviceSource for SriovPlugin {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests assert by unwrapping
 mod tests {
     use super::*;
+    use weft_topology::discover::{FakeSriovTree, read_sriov};
+
+    #[test]
+    fn rdma_cm_is_given_only_where_the_host_has_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let tree = FakeSriovTree::new(dir.path());
+        tree.pf("0000:03:00.0", &["0000:00:01.0"], "ens1f0", 0).rdma("mlx5_0");
+        tree.vf("0000:03:00.0", 0, "0000:03:00.2", None).rdma("mlx5_2").uverbs("uverbs2");
+        let root = tree.root();
+        assert!(!rdma_cm_present(&root));
+        let mut notes = Vec::new();
+        let inventory = read_sriov(&root, &mut notes);
+        let pf = &inventory.pfs[0];
+        let vfs = VfInventory::new(&[(pf, &pf.vfs[0])]).unwrap();
+        let pods: Arc<dyn NodePods> = Arc::new(|| Ok(Vec::new()));
+        let assigned: Arc<dyn AssignedDevices> =
+            Arc::new(weft_deviceplugin::podresources::PodResourcesClient::new(dir.path().join("none.sock")));
+        let plugin = SriovPlugin::new("f", "n", vfs, Vec::new(), pods, assigned).with_rdma_cm(rdma_cm_present(&root));
+        let vf = plugin.inventory().get("0000:03:00.2").unwrap();
+        let paths =
+            |r: &api::ContainerAllocateResponse| r.devices.iter().map(|d| d.host_path.clone()).collect::<Vec<_>>();
+        let without = plugin.response(&[vf]);
+        assert_eq!(paths(&without), ["/dev/infiniband/uverbs2"]);
+        assert!(!without.envs[&info_env_name("sriov.weft.io/f")].contains("rdma_cm"));
+        std::fs::create_dir_all(dir.path().join("sys/class/misc/rdma_cm")).unwrap();
+        assert!(rdma_cm_present(&root));
+        let plugin = plugin.with_rdma_cm(rdma_cm_present(&root));
+        let vf = plugin.inventory().get("0000:03:00.2").unwrap();
+        assert_eq!(paths(&plugin.response(&[vf])), ["/dev/infiniband/uverbs2", RDMA_CM]);
+    }
 
     #[test]
     fn env_names_follow_sriov_network_device_plugin() {

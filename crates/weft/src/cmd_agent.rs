@@ -188,6 +188,7 @@ fn sriov_plugins(
     let inventory = read_sriov(&root, &mut notes);
     let per_physnet = VfInventory::per_physnet(physnets, &inventory, &mut notes)?;
     let gpus = topology.map(|t| gpu_places(t, &root, &mut notes)).unwrap_or_default();
+    let rdma_cm = weft_sriov_plugin::plugin::rdma_cm_present(&root);
     for note in &notes {
         tracing::info!(note = %note, "SR-IOV discovery");
     }
@@ -202,7 +203,8 @@ fn sriov_plugins(
             !vfs.is_empty()
         })
         .map(|(physnet, vfs)| {
-            Arc::new(SriovPlugin::new(&physnet, &a.node, vfs, gpus.clone(), pods.clone(), assigned.clone()))
+            let plugin = SriovPlugin::new(&physnet, &a.node, vfs, gpus.clone(), pods.clone(), assigned.clone());
+            Arc::new(plugin.with_rdma_cm(rdma_cm))
         })
         .collect())
 }
