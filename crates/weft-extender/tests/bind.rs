@@ -10,11 +10,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
-use weft_extender::{ExtenderConfig, ExtenderState, KubeClusterView, KubePodBinder};
+use weft_extender::ExtenderState;
 use weft_fakeapi::FakeApiServer;
 use weft_record::usage::parse_gpu_ids;
 use weft_record::{GPU_DECISION_ANNOTATION, GPU_IDS_ANNOTATION, GpuDecision};
@@ -34,23 +33,8 @@ struct Cluster {
 
 /// The fake API server with `nodes` (name, GPUs; PCIe-only topology) and an extender over it.
 async fn cluster(nodes: &[(&str, usize)]) -> Cluster {
-    let api = FakeApiServer::start().await;
-    let client = api.client();
-    let node_api: Api<Node> = Api::all(client.clone());
-    for (name, gpus) in nodes {
-        let mut n = common::node(name, Some(&common::pcie_only(name, *gpus)), *gpus);
-        n.metadata.resource_version = None;
-        n.metadata.uid = None;
-        node_api.create(&PostParams::default(), &n).await.unwrap();
-    }
-    let view = KubeClusterView::spawn(client.clone());
-    guard("the view to sync", view.wait_until_ready()).await;
-    let state = Arc::new(
-        ExtenderState::new(Arc::new(view), ExtenderConfig::default()).with_binder(Arc::new(KubePodBinder::new(client))),
-    );
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(weft_extender::serve(listener, state.clone(), Default::default(), std::future::pending()));
+    let topologies: Vec<_> = nodes.iter().map(|(name, gpus)| (*name, common::pcie_only(name, *gpus))).collect();
+    let (api, base, state) = common::bind_cluster(&topologies).await;
     Cluster { api, base, state, http: reqwest::Client::new() }
 }
 

@@ -6,54 +6,19 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
-use weft_extender::{ExtenderConfig, ExtenderState, KubeClusterView, KubePodBinder};
 use weft_fakeapi::FakeApiServer;
 use weft_record::vf_usage::{VF_IDS_ANNOTATION, parse_vf_ids};
 use weft_record::{GPU_DECISION_ANNOTATION, GPU_IDS_ANNOTATION, GpuDecision};
-use weft_topology::{NodeTopology, Vf, parse_node};
+use weft_topology::{NodeTopology, PcieRelation};
 
-const HANG_GUARD: Duration = Duration::from_secs(60);
 
-async fn guard<F: std::future::Future>(what: &str, f: F) -> F::Output {
-    tokio::time::timeout(HANG_GUARD, f).await.unwrap_or_else(|_| panic!("hung: {what}"))
-}
-
-/// Four PCIe GPUs on two switches (GPU0–1, GPU2–3). `aligned`: NIC0 under the first switch, NIC1
-/// under the second. Otherwise both NICs hang off the CPU (`SYS`/`NODE` to every GPU). Each NIC
-/// offers `per_nic` VFs of physnet `fabric`.
 fn topology(name: &str, aligned: bool, per_nic: usize) -> NodeTopology {
-    let (near_a, near_b) = if aligned { ("PIX", "PIX") } else { ("NODE", "NODE") };
-    let text = format!(
-        "\tGPU0\tGPU1\tGPU2\tGPU3\tNIC0\tNIC1\n\
-         GPU0\t X \tPIX\tSYS\tSYS\t{near_a}\tSYS\n\
-         GPU1\tPIX\t X \tSYS\tSYS\t{near_a}\tSYS\n\
-         GPU2\tSYS\tSYS\t X \tPIX\tSYS\t{near_b}\n\
-         GPU3\tSYS\tSYS\tPIX\t X \tSYS\t{near_b}\n\
-         NIC0\t{near_a}\t{near_a}\tSYS\tSYS\t X \tSYS\n\
-         NIC1\tSYS\tSYS\t{near_b}\t{near_b}\tSYS\t X \n"
-    );
-    let mut node = parse_node(&text, name).unwrap();
-    node.name = Some(name.to_string());
-    let nics: Vec<String> = node.nics.iter().map(|n| n.name.clone()).collect();
-    let mut vfs = Vec::new();
-    for (k, bus) in [(0, "0c"), (1, "8c")] {
-        for f in 0..per_nic {
-            vfs.push(Vf {
-                pci_address: format!("0000:{bus}:00.{}", f + 2),
-                nic: nics[k].clone(),
-                physnet: Some("fabric".into()),
-            });
-        }
-    }
-    node.set_vfs(vfs).unwrap();
-    node
+    let nic = if aligned { PcieRelation::Pix } else { PcieRelation::Node };
+    common::two_switches(name, nic, per_nic)
 }
 
 struct Cluster {
@@ -63,24 +28,9 @@ struct Cluster {
 }
 
 async fn cluster(nodes: &[(&str, Option<NodeTopology>)]) -> Cluster {
-    let api = FakeApiServer::start().await;
-    let client = api.client();
-    let node_api: Api<Node> = Api::all(client.clone());
-    for (name, topo) in nodes {
-        let topo = topo.clone().unwrap_or_else(|| common::pcie_only(name, 4));
-        let mut n = common::node(name, Some(&topo), 4);
-        n.metadata.resource_version = None;
-        n.metadata.uid = None;
-        node_api.create(&PostParams::default(), &n).await.unwrap();
-    }
-    let view = KubeClusterView::spawn(client.clone());
-    guard("the view to sync", view.wait_until_ready()).await;
-    let state = Arc::new(
-        ExtenderState::new(Arc::new(view), ExtenderConfig::default()).with_binder(Arc::new(KubePodBinder::new(client))),
-    );
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(weft_extender::serve(listener, state, Default::default(), std::future::pending()));
+    let topologies: Vec<_> =
+        nodes.iter().map(|(name, t)| (*name, t.clone().unwrap_or_else(|| common::pcie_only(name, 4)))).collect();
+    let (api, base, _) = common::bind_cluster(&topologies).await;
     Cluster { api, base, http: reqwest::Client::new() }
 }
 

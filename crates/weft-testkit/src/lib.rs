@@ -27,6 +27,39 @@ pub fn dgx1_v100(name: &str) -> NodeTopology {
     t
 }
 
+/// Four PCIe GPUs on two switches (GPU0–1 on one, GPU2–3 on the other; `PIX` within a switch,
+/// `SYS` across) and two NICs, NIC0 beside GPU0–1 and NIC1 beside GPU2–3 with relation `nic` to
+/// their GPUs (`PIX`: under the same switch; `NODE`: hanging off the CPU), `SYS` to the others.
+/// Each NIC offers `vfs_per_nic` VFs of physnet `fabric`: NIC0's at `0000:0c:00.<2+i>`, NIC1's at
+/// `0000:8c:00.<2+i>`.
+pub fn two_switches(name: &str, nic: PcieRelation, vfs_per_nic: usize) -> NodeTopology {
+    let n = nic.token();
+    let text = format!(
+        "\tGPU0\tGPU1\tGPU2\tGPU3\tNIC0\tNIC1\n\
+         GPU0\t X \tPIX\tSYS\tSYS\t{n}\tSYS\n\
+         GPU1\tPIX\t X \tSYS\tSYS\t{n}\tSYS\n\
+         GPU2\tSYS\tSYS\t X \tPIX\tSYS\t{n}\n\
+         GPU3\tSYS\tSYS\tPIX\t X \tSYS\t{n}\n\
+         NIC0\t{n}\t{n}\tSYS\tSYS\t X \tSYS\n\
+         NIC1\tSYS\tSYS\t{n}\t{n}\tSYS\t X \n"
+    );
+    let mut node = weft_topology::parse_node(&text, name).unwrap();
+    node.name = Some(name.to_string());
+    let nics: Vec<String> = node.nics.iter().map(|n| n.name.clone()).collect();
+    let mut vfs = Vec::new();
+    for (k, bus) in [(0, "0c"), (1, "8c")] {
+        for f in 0..vfs_per_nic {
+            vfs.push(weft_topology::Vf {
+                pci_address: format!("0000:{bus}:00.{}", f + 2),
+                nic: nics[k].clone(),
+                physnet: Some("fabric".into()),
+            });
+        }
+    }
+    node.set_vfs(vfs).unwrap();
+    node
+}
+
 /// 8 PCIe GPUs, no NVLink: pairs behind one switch are PIX, same socket PHB, across sockets SYS.
 pub fn pcie_only(name: &str, gpus: usize) -> NodeTopology {
     let mut t = uniform_node(name, gpus, PairLink { pcie: Some(PcieRelation::Sys), nvlinks: 0 });

@@ -436,15 +436,7 @@ fn vf_node(root: &std::path::Path) -> (FakeSriovTree, NodeTopology) {
     for (bus, [r, s], port, numa) in gpus.into_iter().chain(more) {
         tree.pci_device(bus, &[r, s, port], numa);
     }
-    let text = "\tGPU0\tGPU1\tGPU2\tGPU3\tNIC0\tNIC1\n\
-                GPU0\t X \tPIX\tSYS\tSYS\tPIX\tSYS\n\
-                GPU1\tPIX\t X \tSYS\tSYS\tPIX\tSYS\n\
-                GPU2\tSYS\tSYS\t X \tPIX\tSYS\tPIX\n\
-                GPU3\tSYS\tSYS\tPIX\t X \tSYS\tPIX\n\
-                NIC0\tPIX\tPIX\tSYS\tSYS\t X \tSYS\n\
-                NIC1\tSYS\tSYS\tPIX\tPIX\tSYS\t X \n";
-    let mut node = weft_topology::parse_node(text, "vf-node").unwrap();
-    node.name = Some(NODE.to_string());
+    let mut node = weft_testkit::two_switches(NODE, weft_topology::PcieRelation::Pix, 0);
     for (g, bus) in node.gpus.iter_mut().zip(["0000:04:00.0", "0000:05:00.0", "0000:84:00.0", "0000:85:00.0"]) {
         g.uuid = Some(format!("GPU-00000000-0000-0000-0000-00000000000{}", g.index));
         g.pci_bus_id = Some(bus.to_string());

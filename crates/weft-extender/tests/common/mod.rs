@@ -8,8 +8,36 @@ use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use weft_extender::{ExtenderConfig, ExtenderState, InMemoryView};
+use weft_extender::{ExtenderConfig, ExtenderState, InMemoryView, KubeClusterView, KubePodBinder};
+use weft_fakeapi::FakeApiServer;
 pub use weft_testkit::*;
+use weft_topology::NodeTopology;
+
+/// The fake API server with one node of 4 GPUs' capacity per `(name, topology)`, an extender over
+/// it with the real reflector-backed view and binder, served on 127.0.0.1: the server, the
+/// extender's base URL and its state.
+pub async fn bind_cluster(nodes: &[(&str, NodeTopology)]) -> (FakeApiServer, String, Arc<ExtenderState>) {
+    use k8s_openapi::api::core::v1::Node;
+    use kube::api::{Api, PostParams};
+    let api = FakeApiServer::start().await;
+    let client = api.client();
+    let node_api: Api<Node> = Api::all(client.clone());
+    for (name, topology) in nodes {
+        let mut n = node(name, Some(topology), topology.gpu_count());
+        n.metadata.resource_version = None;
+        n.metadata.uid = None;
+        node_api.create(&PostParams::default(), &n).await.unwrap();
+    }
+    let view = KubeClusterView::spawn(client.clone());
+    tokio::time::timeout(std::time::Duration::from_secs(60), view.wait_until_ready()).await.expect("the view syncs");
+    let state = Arc::new(
+        ExtenderState::new(Arc::new(view), ExtenderConfig::default()).with_binder(Arc::new(KubePodBinder::new(client))),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(weft_extender::serve(listener, state.clone(), Default::default(), std::future::pending()));
+    (api, base, state)
+}
 
 /// An extender served on 127.0.0.1 with an ephemeral port.
 pub struct TestServer {
