@@ -6,7 +6,6 @@
 
 mod common;
 
-
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
@@ -14,7 +13,6 @@ use weft_fakeapi::FakeApiServer;
 use weft_record::vf_usage::{VF_IDS_ANNOTATION, parse_vf_ids};
 use weft_record::{GPU_DECISION_ANNOTATION, GPU_IDS_ANNOTATION, GpuDecision};
 use weft_topology::{NodeTopology, PcieRelation};
-
 
 fn topology(name: &str, aligned: bool, per_nic: usize) -> NodeTopology {
     let nic = if aligned { PcieRelation::Pix } else { PcieRelation::Node };
