@@ -4,6 +4,9 @@
 //!   prepared. `two-topologies`: DGX-1 V100 and A100 NVSwitch nodes alternating, as real clusters
 //!   have few SKUs; `unique-topologies`: every node's PCIe relations differ, so no two nodes share a
 //!   best-effort result (the worst case).
+//! - `prioritize/pure/gpus-and-vfs`: the same 5,000 nodes' worth for a pod asking 2 GPUs and 1
+//!   SR-IOV VF: 4-GPU two-switch nodes with 4 VFs per NIC, NICs beside the GPUs on every other node,
+//!   0–2 GPUs and 0–3 VFs in use; every node runs the joint GPU + VF decision.
 //! - `prioritize/request`: a 5,000-name `NodeNames` request end to end without the socket: JSON
 //!   decode, topology cache lookups, GPU accounting from bound pods, decisions, JSON encode.
 //! - `bind/decide`: one bind on the same 5,000-node cluster (pod read, ledger, the node's GPU
@@ -25,7 +28,7 @@ use async_trait::async_trait;
 use criterion::{Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::Pod;
 use weft_alloc::PreparedNode;
-use weft_extender::decision::{NodeState, prioritize};
+use weft_extender::decision::{Deadline, NodeState, NodeVfs, PodAsk, prioritize, prioritize_pod_until};
 use weft_extender::wire::{ExtenderArgs, ExtenderBindingArgs};
 use weft_extender::{ExtenderConfig, ExtenderState, InMemoryView, PodBinder};
 
@@ -83,6 +86,37 @@ fn bench_pure(c: &mut Criterion) {
     g.bench_function("two-topologies", |b| b.iter(|| prioritize(black_box(REQUEST), black_box(&two), &cfg)));
     g.sample_size(20);
     g.bench_function("unique-topologies", |b| b.iter(|| prioritize(black_box(REQUEST), black_box(&unique), &cfg)));
+    g.finish();
+    bench_vfs(c, &cfg);
+}
+
+fn bench_vfs(c: &mut Criterion, cfg: &ExtenderConfig) {
+    use weft_topology::PcieRelation;
+    let topologies: Vec<weft_topology::NodeTopology> = (0..NODES)
+        .map(|i| {
+            let nic = if i.is_multiple_of(2) { PcieRelation::Pix } else { PcieRelation::Node };
+            common::two_switches(&format!("v-{i:05}"), nic, 4)
+        })
+        .collect();
+    let prepared: Vec<PreparedNode> = topologies.iter().map(|t| PreparedNode::new(t).unwrap()).collect();
+    // Node i: GPUs (i % 3) of GPU0-1 in use, (i % 4) VFs of NIC0 in use.
+    let vfs_used: Vec<std::collections::BTreeSet<String>> =
+        (0..NODES).map(|i| (0..i % 4).map(|f| format!("0000:0c:00.{}", f + 2)).collect()).collect();
+    let nodes: Vec<NodeState<'_>> = (0..NODES)
+        .map(|i| NodeState::Known {
+            prepared: &prepared[i],
+            used: (1u128 << (i % 3)) - 1,
+            vfs: Some(NodeVfs { topology: &topologies[i], used: &vfs_used[i] }),
+        })
+        .collect();
+    let ask = PodAsk { gpus: 2, vfs: BTreeMap::from([("fabric".to_string(), 1)]) };
+    let mut g = c.benchmark_group("prioritize/pure");
+    g.bench_function("gpus-and-vfs", |b| {
+        b.iter(|| {
+            let mut cache = weft_alloc::ScoreCache::with_capacity(NODES);
+            prioritize_pod_until(black_box(&ask), black_box(&nodes), cfg, &mut cache, Deadline::NEVER).unwrap()
+        })
+    });
     g.finish();
 }
 
