@@ -3,7 +3,7 @@
 //! filter and how each scores. No I/O; the HTTP layer ([`crate::server`]) and benchmarks call these
 //! directly.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;
 
 use weft_alloc::{NodeFit, PreparedNode, ScoreCache};
@@ -84,6 +84,34 @@ impl NodeVfs<'_> {
     pub fn is_free(&self, pci_address: &str) -> bool {
         !self.used.contains(pci_address)
     }
+}
+
+/// What a node's joint GPU + VF score depends on besides its GPUs: for each asked physnet, how many
+/// free VFs each NIC offers and that NIC's relations to every GPU. Nodes of one kind with the same
+/// free VFs per NIC share it whatever their VFs' addresses (which only break ties between equally
+/// near VFs), so the joint decision is made once per kind of node, as the GPU score is. A 64-bit
+/// hash; a collision could only mis-rank a node, never bind a wrong VF (bind decides afresh).
+fn vf_signature(v: &NodeVfs<'_>, ask: &VfAsk) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let t = v.topology;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for (physnet, n) in ask {
+        physnet.hash(&mut h);
+        n.hash(&mut h);
+        let mut per_nic = vec![0usize; t.nics.len()];
+        for (i, vf) in t.vfs().iter().enumerate() {
+            if vf.physnet.as_deref() == Some(physnet.as_str()) && v.is_free(&vf.pci_address) {
+                per_nic[t.vf_nic(i)] += 1;
+            }
+        }
+        for (nic, count) in per_nic.iter().enumerate().filter(|(_, c)| **c > 0) {
+            (nic, count).hash(&mut h);
+            for g in 0..t.gpu_count() {
+                t.nic_link(g, nic).map(|r| r.token()).hash(&mut h);
+            }
+        }
+    }
+    h.finish()
 }
 
 /// Why a node cannot give the pod its VFs, `None` when it can: unresolvable (`true`) when the node
@@ -315,6 +343,8 @@ pub fn prioritize_pod_until(
     }
     let count = usize::try_from(request).unwrap_or(usize::MAX);
     let mut out = Vec::with_capacity(nodes.len());
+    // Joint scores by (GPU topology, GPUs in use, VF signature): made once per kind of node.
+    let mut joint: HashMap<(u64, u128, u64), u8> = HashMap::new();
     for (i, node) in nodes.iter().enumerate() {
         if deadline.passed() {
             return Err(Expired { done: i, total: nodes.len() });
@@ -340,11 +370,14 @@ pub fn prioritize_pod_until(
                         // Mapped to 1–10 below, once every candidate is scored.
                         Ok(mut fit) => {
                             if let Some(v) = vfs.filter(|_| !ask.vfs.is_empty()) {
-                                let choice = decide(prepared, v.topology, &free, &|a| v.is_free(a), count, &ask.vfs);
-                                // The filter's counts guarantee the VFs; a failure leaves the GPU score.
-                                if let Ok(choice) = choice {
-                                    fit.score = joint_score(fit.score, &choice);
-                                }
+                                let key =
+                                    (prepared.fingerprint(), used & mask(prepared.len()), vf_signature(&v, &ask.vfs));
+                                let gpu_score = fit.score;
+                                fit.score = *joint.entry(key).or_insert_with(|| {
+                                    // The filter's counts guarantee the VFs; a failure leaves the GPU score.
+                                    decide(prepared, v.topology, &free, &|a| v.is_free(a), count, &ask.vfs)
+                                        .map_or(gpu_score, |choice| joint_score(gpu_score, &choice))
+                                });
                             }
                             NodeScore { score: 0, fit: Some(fit), reason: None }
                         }
@@ -367,6 +400,51 @@ pub fn prioritize_pod_until(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn vf_node(near: bool, per_nic: usize) -> NodeTopology {
+        let nic = if near { weft_topology::PcieRelation::Pix } else { weft_topology::PcieRelation::Node };
+        weft_testkit::two_switches("t", nic, per_nic)
+    }
+
+    #[test]
+    fn shared_joint_scores_equal_the_ones_each_node_gets_alone() {
+        let kinds = [vf_node(true, 2), vf_node(false, 2), vf_node(true, 1)];
+        let prepared: Vec<PreparedNode> = kinds.iter().map(|t| PreparedNode::new(t).expect("prepared")).collect();
+        let used_vfs: Vec<BTreeSet<String>> = [vec![], vec!["0000:0c:00.2"], vec!["0000:0c:00.2", "0000:0c:00.3"]]
+            .iter()
+            .map(|v| v.iter().map(|s| s.to_string()).collect())
+            .collect();
+        let mut nodes = Vec::new();
+        for (k, t) in kinds.iter().enumerate() {
+            for (g, used) in [0u128, 0b1, 0b11, 0b1100].into_iter().enumerate() {
+                for vfs in &used_vfs {
+                    nodes.push((
+                        k,
+                        g,
+                        NodeState::Known {
+                            prepared: &prepared[k],
+                            used,
+                            vfs: Some(NodeVfs { topology: t, used: vfs }),
+                        },
+                    ));
+                }
+            }
+        }
+        let ask = PodAsk { gpus: 2, vfs: VfAsk::from([("fabric".to_string(), 1)]) };
+        let cfg = ExtenderConfig::default();
+        let states: Vec<NodeState<'_>> = nodes.iter().map(|n| n.2).collect();
+        let mut cache = ScoreCache::with_capacity(8);
+        let together = prioritize_pod_until(&ask, &states, &cfg, &mut cache, Deadline::NEVER).expect("no deadline");
+        let raw = |s: &NodeScore| s.fit.as_ref().map(|f| f.score);
+        let mut differ = BTreeSet::new();
+        for (state, shared) in states.iter().zip(&together) {
+            let mut fresh = ScoreCache::with_capacity(1);
+            let alone = prioritize_pod_until(&ask, &[*state], &cfg, &mut fresh, Deadline::NEVER).expect("no deadline");
+            assert_eq!(raw(shared), raw(&alone[0]));
+            differ.insert(raw(shared));
+        }
+        assert!(differ.len() >= 2, "near and far VFs both occur: {differ:?}");
+    }
 
     #[test]
     fn the_spread_gives_the_best_10_keeps_fitting_nodes_above_0_and_separates_close_ones() {
