@@ -136,7 +136,27 @@ pub async fn patch_annotations<K>(
 where
     K: Clone + DeserializeOwned + Debug,
 {
-    let patch = serde_json::json!({ "metadata": { "uid": uid, "annotations": annotations } });
+    patch_annotations_at(api, name, uid, None, annotations, field_manager).await
+}
+
+/// [`patch_annotations`] that also carries `resource_version` when given: the API server then
+/// refuses the patch with 409 Conflict unless the object is still at that version, so values
+/// computed from a copy of the object never overwrite what another writer changed since.
+pub async fn patch_annotations_at<K>(
+    api: &Api<K>,
+    name: &str,
+    uid: &str,
+    resource_version: Option<&str>,
+    annotations: &BTreeMap<String, Option<String>>,
+    field_manager: &str,
+) -> Result<K, KubeError>
+where
+    K: Clone + DeserializeOwned + Debug,
+{
+    let mut patch = serde_json::json!({ "metadata": { "uid": uid, "annotations": annotations } });
+    if let Some(rv) = resource_version {
+        patch["metadata"]["resourceVersion"] = serde_json::Value::from(rv);
+    }
     let params = PatchParams { field_manager: Some(field_manager.to_string()), ..PatchParams::default() };
     api.patch(name, &params, &Patch::Merge(&patch)).await
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use tokio_util::sync::CancellationToken;
 use weft_cni::state::{Attachment, StateDir};
 use weft_deviceplugin::handshake::NodePods;
@@ -36,7 +36,8 @@ pub trait VifWriter: Send + Sync + 'static {
     ) -> Result<(), String>;
 }
 
-/// Writes through the API server: one JSON merge patch with the UID and resourceVersion.
+/// Writes through the API server: one JSON merge patch with the UID and resourceVersion
+/// ([`weft_kube::write::patch_annotations_at`]).
 pub struct KubeVifWriter {
     client: kube::Client,
     field_manager: String,
@@ -60,14 +61,18 @@ impl VifWriter for KubeVifWriter {
         annotations: &BTreeMap<String, String>,
     ) -> Result<(), String> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        let patch = serde_json::json!({
-            "metadata": {"uid": uid, "resourceVersion": resource_version, "annotations": annotations}
-        });
-        let params = PatchParams { field_manager: Some(self.field_manager.clone()), ..PatchParams::default() };
-        api.patch(name, &params, &Patch::Merge(&patch))
-            .await
-            .map(|_| ())
-            .map_err(|e| format!("publishing the VIFs of pod {namespace}/{name}: {e}"))
+        let annotations = annotations.iter().map(|(k, v)| (k.clone(), Some(v.clone()))).collect();
+        weft_kube::write::patch_annotations_at(
+            &api,
+            name,
+            uid,
+            Some(resource_version),
+            &annotations,
+            &self.field_manager,
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("publishing the VIFs of pod {namespace}/{name}: {e}"))
     }
 }
 
