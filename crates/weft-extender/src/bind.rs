@@ -17,7 +17,7 @@ use kube::api::{Api, PostParams};
 use weft_alloc::{Policy, Request, allocate};
 use weft_net::joint::decide;
 use weft_record::usage::{PodRef, format_gpu_ids};
-use weft_record::vf_usage::{VF_IDS_ANNOTATION, format_vf_ids, pod_vf_requests};
+use weft_record::vf_usage::{VF_IDS_ANNOTATION, format_vf_ids};
 use weft_record::{GPU_DECISION_ANNOTATION, GPU_IDS_ANNOTATION, GpuDecision};
 
 use crate::decision::PodAsk;
@@ -181,7 +181,7 @@ impl ExtenderState {
             Some(bound) => return Err(format!("pod {namespace}/{name} is already bound to {bound}")),
             None => {}
         }
-        let ask = self.pod_ask(&pod).map_err(|e| format!("pod {namespace}/{name}: {e}"))?;
+        let ask = PodAsk::of(&pod, &self.config().resource_name).map_err(|e| format!("pod {namespace}/{name}: {e}"))?;
         let decided = if ask.is_empty() { None } else { self.decide_devices(node, &uid, &ask)? };
         let annotations = decided.as_ref().map(|d| decision_annotations(node, d)).unwrap_or_default();
         if let Err(e) = binder.bind(namespace, name, &uid, node, annotations).await {
@@ -206,7 +206,8 @@ impl ExtenderState {
                 return Err(format!("task {namespace}/{name} has no NodeName"));
             }
             let uid = pod.metadata.uid.clone().unwrap_or_default();
-            let ask = self.pod_ask(&pod).map_err(|e| format!("pod {namespace}/{name}: {e}"))?;
+            let ask =
+                PodAsk::of(&pod, &self.config().resource_name).map_err(|e| format!("pod {namespace}/{name}: {e}"))?;
             let Some(decided) = (if ask.is_empty() { None } else { self.decide_devices(node, &uid, &ask)? }) else {
                 return Ok(());
             };
@@ -249,13 +250,6 @@ impl ExtenderState {
         }
         .await;
         EventHandlerResponse { error_message: outcome.err().unwrap_or_default() }
-    }
-
-    /// What `pod` asks for that weft decides.
-    fn pod_ask(&self, pod: &Pod) -> Result<PodAsk, weft_resources::RequestError> {
-        let gpus = weft_resources::pod_request(pod, &self.config().resource_name)?;
-        let vfs = pod_vf_requests(pod)?;
-        Ok(PodAsk { gpus, vfs: vfs.into_iter().map(|(p, n)| (p, usize::try_from(n).unwrap_or(usize::MAX))).collect() })
     }
 
     /// Picks and reserves the pod `uid`'s GPUs and VFs on `node` in one decision

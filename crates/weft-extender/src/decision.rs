@@ -6,8 +6,11 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;
 
+use k8s_openapi::api::core::v1::Pod;
 use weft_alloc::{NodeFit, PreparedNode, ScoreCache};
 use weft_net::joint::{VfAsk, decide, joint_score};
+use weft_record::vf_usage::pod_vf_requests;
+use weft_resources::RequestError;
 use weft_topology::NodeTopology;
 
 use crate::config::ExtenderConfig;
@@ -56,6 +59,14 @@ impl PodAsk {
     /// A pod that asks for `gpus` GPUs and no VFs.
     pub fn gpus(gpus: u64) -> PodAsk {
         PodAsk { gpus, vfs: VfAsk::new() }
+    }
+
+    /// What `pod` asks for: `gpu_resource` GPUs and every `sriov.weft.io/<physnet>`, counted as the
+    /// kubelet counts them.
+    pub fn of(pod: &Pod, gpu_resource: &str) -> Result<PodAsk, RequestError> {
+        let gpus = weft_resources::pod_request(pod, gpu_resource)?;
+        let vfs = pod_vf_requests(pod)?;
+        Ok(PodAsk { gpus, vfs: vfs.into_iter().map(|(p, n)| (p, usize::try_from(n).unwrap_or(usize::MAX))).collect() })
     }
 
     /// Whether the pod asks for nothing the extender decides.

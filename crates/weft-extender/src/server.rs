@@ -52,7 +52,7 @@ use crate::volcano;
 use crate::wire::{ExtenderArgs, ExtenderBindingArgs, ExtenderFilterResult, HostPriority, HostPriorityList, NodeList};
 use weft_kube::http::ServeOptions;
 use weft_record::usage::{PodRef, gpus_in_use};
-use weft_record::vf_usage::{pod_vf_requests, vfs_in_use};
+use weft_record::vf_usage::vfs_in_use;
 
 /// Header that asks prioritize to include each node's `Reason`.
 pub const DEBUG_HEADER: &str = "x-weft-debug";
@@ -149,7 +149,7 @@ struct Candidate {
     name: String,
     prepared: Resolved,
     used: u128,
-    vfs_used: BTreeSet<String>,
+    vfs_used: Arc<BTreeSet<String>>,
 }
 
 impl ExtenderState {
@@ -307,11 +307,8 @@ impl ExtenderState {
     /// What the pod asks for and the candidates with their topology and GPUs and VFs in use.
     fn candidates(&self, args: &ExtenderArgs, deadline: Deadline) -> Result<(PodAsk, Vec<Candidate>), ExtenderError> {
         let pod = args.pod.as_ref().ok_or(ExtenderError::NoPod)?;
-        let bad = |error| ExtenderError::BadRequest { pod: Box::new(PodRef::of(pod)), error: Box::new(error) };
-        let gpus = weft_resources::pod_request(pod, &self.cfg.resource_name).map_err(bad)?;
-        let vfs = pod_vf_requests(pod).map_err(bad)?;
-        let request =
-            PodAsk { gpus, vfs: vfs.into_iter().map(|(p, n)| (p, usize::try_from(n).unwrap_or(usize::MAX))).collect() };
+        let request = PodAsk::of(pod, &self.cfg.resource_name)
+            .map_err(|error| ExtenderError::BadRequest { pod: Box::new(PodRef::of(pod)), error: Box::new(error) })?;
         let names: Vec<String> = match (&args.nodes, &args.node_names) {
             (Some(list), _) => list.items.iter().map(|n| n.name().to_string()).collect(),
             (None, Some(names)) => names.clone(),
@@ -322,7 +319,7 @@ impl ExtenderState {
         }
         if request.is_empty() {
             // Nothing weft decides: the decisions do not look at topology or usage.
-            let unjudged = |name| Candidate { name, prepared: Err(Arc::from("")), used: 0, vfs_used: BTreeSet::new() };
+            let unjudged = |name| Candidate { name, prepared: Err(Arc::from("")), used: 0, vfs_used: Arc::default() };
             return Ok((request, names.into_iter().map(unjudged).collect()));
         }
         let resolved = match &args.nodes {
@@ -341,7 +338,7 @@ impl ExtenderState {
             }
             let (used, vfs_used) = match &prepared {
                 Ok(p) => self.devices_used(&name, p, now),
-                Err(_) => (0, BTreeSet::new()),
+                Err(_) => (0, Arc::default()),
             };
             candidates.push(Candidate { name, prepared, used, vfs_used });
         }
@@ -415,7 +412,7 @@ impl ExtenderState {
         node: &str,
         prepared: &PreparedTopology,
         now: std::time::Instant,
-    ) -> (u128, BTreeSet<String>) {
+    ) -> (u128, Arc<BTreeSet<String>>) {
         let revision = self.view.pods_revision(node);
         let fingerprint = prepared.fingerprint();
         let cached = revision.and_then(|r| {
@@ -427,7 +424,7 @@ impl ExtenderState {
         });
         let reserved_here = self.reservations.on_node(node);
         if let (Some((used, vfs)), false) = (&cached, reserved_here) {
-            return (*used, (**vfs).clone());
+            return (*used, vfs.clone());
         }
         let pods = self.view.pods_on_node(node);
         let (used, vfs) = cached.unwrap_or_else(|| {
@@ -444,8 +441,8 @@ impl ExtenderState {
             (used, vfs)
         });
         let reserved = self.reservations.held(node, now, shown_in(&pods));
-        let mut vfs = (*vfs).clone();
-        vfs.extend(reserved.vfs);
+        let vfs =
+            if reserved.vfs.is_empty() { vfs } else { Arc::new(vfs.iter().cloned().chain(reserved.vfs).collect()) };
         (used | reserved.gpus, vfs)
     }
 }
