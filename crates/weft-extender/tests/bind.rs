@@ -6,15 +6,15 @@
 
 mod common;
 
+use common::{bind_args, post_verb};
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, PostParams};
-use serde_json::{Value, json};
-use weft_extender::ExtenderState;
-use weft_fakeapi::FakeApiServer;
+use kube::api::Api;
+use serde_json::json;
 use weft_record::usage::parse_gpu_ids;
 use weft_record::{GPU_DECISION_ANNOTATION, GPU_IDS_ANNOTATION, GpuDecision};
 
@@ -24,39 +24,17 @@ async fn guard<F: std::future::Future>(what: &str, f: F) -> F::Output {
     tokio::time::timeout(HANG_GUARD, f).await.unwrap_or_else(|_| panic!("hung: {what}"))
 }
 
-struct Cluster {
-    api: FakeApiServer,
-    base: String,
-    state: Arc<ExtenderState>,
-    http: reqwest::Client,
-}
+type Cluster = common::BindCluster;
 
 /// The fake API server with `nodes` (name, GPUs; PCIe-only topology) and an extender over it.
 async fn cluster(nodes: &[(&str, usize)]) -> Cluster {
     let topologies: Vec<_> = nodes.iter().map(|(name, gpus)| (*name, common::pcie_only(name, *gpus))).collect();
-    let (api, base, state) = common::bind_cluster(&topologies).await;
-    Cluster { api, base, state, http: reqwest::Client::new() }
+    common::bind_cluster(&topologies).await
 }
 
 /// Creates a pending pod asking for `gpus` GPUs; returns it as the API server stored it.
 async fn pending(c: &Cluster, name: &str, gpus: u32) -> Pod {
-    let mut v = common::pending_pod_json(name, gpus);
-    for k in ["uid", "resourceVersion", "creationTimestamp", "ownerReferences"] {
-        v["metadata"].as_object_mut().unwrap().remove(k);
-    }
-    v["status"] = json!({});
-    let pod: Pod = serde_json::from_value(v).unwrap();
-    Api::<Pod>::namespaced(c.api.client(), "ml").create(&PostParams::default(), &pod).await.unwrap()
-}
-
-async fn post(c: &Cluster, verb: &str, body: &Value) -> Value {
-    let r = c.http.post(format!("{}/{verb}", c.base)).json(body).send().await.unwrap();
-    assert_eq!(r.status(), 200, "{verb}");
-    r.json().await.unwrap()
-}
-
-fn bind_args(pod: &Pod, node: &str) -> Value {
-    json!({"PodName": pod.metadata.name, "PodNamespace": pod.metadata.namespace, "PodUID": pod.metadata.uid, "Node": node})
+    common::pending(c, name, gpus, &[]).await
 }
 
 /// What kube-scheduler does for one pod with weft as its extender: filter, prioritize, take the
@@ -65,17 +43,17 @@ async fn schedule(c: &Cluster, pod: &Pod, nodes: &[&str]) -> Result<String, Stri
     let mut last = String::new();
     for _ in 0..20 {
         let args = json!({"Pod": pod, "NodeNames": nodes});
-        let filtered = post(c, "filter", &args).await;
+        let filtered = post_verb(c, "filter", &args).await;
         let passing: Vec<String> = serde_json::from_value(filtered["NodeNames"].clone()).unwrap_or_default();
         if passing.is_empty() {
             return Err(format!("no node passes: {filtered}"));
         }
-        let scores = post(c, "prioritize", &json!({"Pod": pod, "NodeNames": passing})).await;
+        let scores = post_verb(c, "prioritize", &json!({"Pod": pod, "NodeNames": passing})).await;
         let best = scores.as_array().unwrap().iter().max_by_key(|h| h["Score"].as_i64()).unwrap()["Host"]
             .as_str()
             .unwrap()
             .to_string();
-        let result = post(c, "bind", &bind_args(pod, &best)).await;
+        let result = post_verb(c, "bind", &bind_args(pod, &best)).await;
         match result["Error"].as_str() {
             Some("") => return Ok(best),
             Some(e) => last = e.to_string(),
@@ -141,8 +119,8 @@ async fn a_bind_whose_node_filled_meanwhile_writes_and_reserves_nothing() {
     let a = pending(&c, "a", 2).await;
     let b = pending(&c, "b", 2).await;
     // Both passed filter while the node was empty; a binds first.
-    assert_eq!(post(&c, "bind", &bind_args(&a, "small")).await, json!({"Error": ""}));
-    let refused = post(&c, "bind", &bind_args(&b, "small")).await;
+    assert_eq!(post_verb(&c, "bind", &bind_args(&a, "small")).await, json!({"Error": ""}));
+    let refused = post_verb(&c, "bind", &bind_args(&b, "small")).await;
     let error = refused["Error"].as_str().unwrap();
     assert!(error.contains("node small has 0 free GPUs now; the pod asks for 2"), "{error}");
     let b_now = Api::<Pod>::namespaced(c.api.client(), "ml").get("b").await.unwrap();
@@ -153,7 +131,7 @@ async fn a_bind_whose_node_filled_meanwhile_writes_and_reserves_nothing() {
     assert!(!c.state.reservations().holds("small", b.metadata.uid.as_deref().unwrap()), "b reserved nothing");
     assert!(c.state.reservations().len() <= 1);
     // Filter now sees the node full, whether or not the watch has shown a yet.
-    let filtered = post(&c, "filter", &json!({"Pod": b, "NodeNames": ["small"]})).await;
+    let filtered = post_verb(&c, "filter", &json!({"Pod": b, "NodeNames": ["small"]})).await;
     assert_eq!(filtered["NodeNames"], json!([]), "{filtered}");
 }
 
@@ -161,19 +139,19 @@ async fn a_bind_whose_node_filled_meanwhile_writes_and_reserves_nothing() {
 async fn a_retried_bind_succeeds_and_a_pod_without_gpus_is_bound_without_a_decision() {
     let c = cluster(&[("n1", 8)]).await;
     let a = pending(&c, "a", 1).await;
-    assert_eq!(post(&c, "bind", &bind_args(&a, "n1")).await, json!({"Error": ""}));
-    assert_eq!(post(&c, "bind", &bind_args(&a, "n1")).await, json!({"Error": ""}), "the first write went through");
-    let elsewhere = post(&c, "bind", &bind_args(&a, "n2")).await;
+    assert_eq!(post_verb(&c, "bind", &bind_args(&a, "n1")).await, json!({"Error": ""}));
+    assert_eq!(post_verb(&c, "bind", &bind_args(&a, "n1")).await, json!({"Error": ""}), "the first write went through");
+    let elsewhere = post_verb(&c, "bind", &bind_args(&a, "n2")).await;
     assert!(elsewhere["Error"].as_str().unwrap().contains("already bound to n1"), "{elsewhere}");
 
     let idle = pending(&c, "idle", 0).await;
-    assert_eq!(post(&c, "bind", &bind_args(&idle, "n1")).await, json!({"Error": ""}));
+    assert_eq!(post_verb(&c, "bind", &bind_args(&idle, "n1")).await, json!({"Error": ""}));
     let stored = Api::<Pod>::namespaced(c.api.client(), "ml").get("idle").await.unwrap();
     assert_eq!(stored.spec.as_ref().unwrap().node_name.as_deref(), Some("n1"));
     assert!(decision_of(&stored).is_none());
 
     let mut replaced = a.clone();
     replaced.metadata.uid = Some("another".into());
-    let stale = post(&c, "bind", &bind_args(&replaced, "n1")).await;
+    let stale = post_verb(&c, "bind", &bind_args(&replaced, "n1")).await;
     assert!(stale["Error"].as_str().unwrap().contains("was replaced"), "{stale}");
 }

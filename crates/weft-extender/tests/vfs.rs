@@ -6,10 +6,11 @@
 
 mod common;
 
+use common::{bind_args, post_verb};
+
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, PostParams};
-use serde_json::{Value, json};
-use weft_fakeapi::FakeApiServer;
+use kube::api::Api;
+use serde_json::json;
 use weft_record::vf_usage::{VF_IDS_ANNOTATION, parse_vf_ids};
 use weft_record::{GPU_DECISION_ANNOTATION, GPU_IDS_ANNOTATION, GpuDecision};
 use weft_topology::{NodeTopology, PcieRelation};
@@ -19,40 +20,17 @@ fn topology(name: &str, aligned: bool, per_nic: usize) -> NodeTopology {
     common::two_switches(name, nic, per_nic)
 }
 
-struct Cluster {
-    api: FakeApiServer,
-    base: String,
-    http: reqwest::Client,
-}
+type Cluster = common::BindCluster;
 
 async fn cluster(nodes: &[(&str, Option<NodeTopology>)]) -> Cluster {
     let topologies: Vec<_> =
         nodes.iter().map(|(name, t)| (*name, t.clone().unwrap_or_else(|| common::pcie_only(name, 4)))).collect();
-    let (api, base, _) = common::bind_cluster(&topologies).await;
-    Cluster { api, base, http: reqwest::Client::new() }
+    common::bind_cluster(&topologies).await
 }
 
 /// A pending pod asking for `gpus` GPUs and `vfs` VFs of physnet `fabric`.
 async fn pending(c: &Cluster, name: &str, gpus: u32, vfs: u32) -> Pod {
-    let mut v = common::pending_pod_json(name, gpus);
-    for k in ["uid", "resourceVersion", "creationTimestamp", "ownerReferences"] {
-        v["metadata"].as_object_mut().unwrap().remove(k);
-    }
-    v["status"] = json!({});
-    let limits = &mut v["spec"]["containers"][0]["resources"]["limits"];
-    limits["sriov.weft.io/fabric"] = json!(vfs.to_string());
-    let pod: Pod = serde_json::from_value(v).unwrap();
-    Api::<Pod>::namespaced(c.api.client(), "ml").create(&PostParams::default(), &pod).await.unwrap()
-}
-
-async fn post(c: &Cluster, verb: &str, body: &Value) -> Value {
-    let r = c.http.post(format!("{}/{verb}", c.base)).json(body).send().await.unwrap();
-    assert_eq!(r.status(), 200, "{verb}");
-    r.json().await.unwrap()
-}
-
-fn bind_args(pod: &Pod, node: &str) -> Value {
-    json!({"PodName": pod.metadata.name, "PodNamespace": pod.metadata.namespace, "PodUID": pod.metadata.uid, "Node": node})
+    common::pending(c, name, gpus, &[("sriov.weft.io/fabric", &vfs.to_string())]).await
 }
 
 async fn stored(c: &Cluster, name: &str) -> Pod {
@@ -67,12 +45,12 @@ fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a String> {
 async fn the_filter_counts_vfs_per_physnet() {
     let c = cluster(&[("aligned", Some(topology("aligned", true, 1))), ("plain", None)]).await;
     let one = pending(&c, "one", 2, 1).await;
-    let filtered = post(&c, "filter", &json!({"Pod": one, "NodeNames": ["aligned", "plain"]})).await;
+    let filtered = post_verb(&c, "filter", &json!({"Pod": one, "NodeNames": ["aligned", "plain"]})).await;
     assert_eq!(filtered["NodeNames"], json!(["aligned"]), "{filtered}");
     let why = filtered["FailedAndUnresolvableNodes"]["plain"].as_str().unwrap();
     assert_eq!(why, "node has 0 VFs of physnet fabric; pod asks for 1");
     let three = pending(&c, "three", 1, 3).await;
-    let filtered = post(&c, "filter", &json!({"Pod": three, "NodeNames": ["aligned"]})).await;
+    let filtered = post_verb(&c, "filter", &json!({"Pod": three, "NodeNames": ["aligned"]})).await;
     assert_eq!(filtered["NodeNames"], json!([]), "{filtered}");
     assert_eq!(
         filtered["FailedAndUnresolvableNodes"]["aligned"],
@@ -84,12 +62,12 @@ async fn the_filter_counts_vfs_per_physnet() {
 async fn prioritize_prefers_the_node_where_gpus_and_vfs_share_a_switch() {
     let c = cluster(&[("far", Some(topology("far", false, 2))), ("aligned", Some(topology("aligned", true, 2)))]).await;
     let pod = pending(&c, "p", 2, 1).await;
-    let scores = post(&c, "prioritize", &json!({"Pod": pod, "NodeNames": ["far", "aligned"]})).await;
+    let scores = post_verb(&c, "prioritize", &json!({"Pod": pod, "NodeNames": ["far", "aligned"]})).await;
     let score = |host: &str| scores.as_array().unwrap().iter().find(|h| h["Host"] == host).unwrap()["Score"].as_i64();
     assert!(score("aligned") > score("far"), "{scores}");
     // The same pod without VFs: the two nodes are alike for GPUs alone.
     let gpus_only = pending(&c, "q", 2, 0).await;
-    let scores = post(&c, "prioritize", &json!({"Pod": gpus_only, "NodeNames": ["far", "aligned"]})).await;
+    let scores = post_verb(&c, "prioritize", &json!({"Pod": gpus_only, "NodeNames": ["far", "aligned"]})).await;
     let all: Vec<i64> = scores.as_array().unwrap().iter().map(|h| h["Score"].as_i64().unwrap()).collect();
     assert_eq!(all[0], all[1], "{scores}");
 }
@@ -100,8 +78,8 @@ async fn bind_records_the_vfs_beside_the_gpus_and_back_to_back_binds_never_share
     let a = pending(&c, "a", 2, 1).await;
     let b = pending(&c, "b", 2, 1).await;
     // Both binds before the watch can show either pod: the second must see the first's reservation.
-    assert_eq!(post(&c, "bind", &bind_args(&a, "aligned")).await, json!({"Error": ""}));
-    assert_eq!(post(&c, "bind", &bind_args(&b, "aligned")).await, json!({"Error": ""}));
+    assert_eq!(post_verb(&c, "bind", &bind_args(&a, "aligned")).await, json!({"Error": ""}));
+    assert_eq!(post_verb(&c, "bind", &bind_args(&b, "aligned")).await, json!({"Error": ""}));
     let mut got = Vec::new();
     for name in ["a", "b"] {
         let pod = stored(&c, name).await;
@@ -117,7 +95,7 @@ async fn bind_records_the_vfs_beside_the_gpus_and_back_to_back_binds_never_share
     assert_eq!(got, [(vec![0, 1], vec!["0000:0c:00.2".to_string()]), (vec![2, 3], vec!["0000:8c:00.2".to_string()])]);
     // The node has no free VF now.
     let c2 = pending(&c, "c", 0, 1).await;
-    let refused = post(&c, "bind", &bind_args(&c2, "aligned")).await;
+    let refused = post_verb(&c, "bind", &bind_args(&c2, "aligned")).await;
     assert!(refused["Error"].as_str().unwrap().contains("physnet fabric: 1 VFs asked for, 0 available"), "{refused}");
 }
 
@@ -125,7 +103,7 @@ async fn bind_records_the_vfs_beside_the_gpus_and_back_to_back_binds_never_share
 async fn a_vf_only_pod_gets_a_decision_without_gpus() {
     let c = cluster(&[("aligned", Some(topology("aligned", true, 1)))]).await;
     let p = pending(&c, "p", 0, 2).await;
-    assert_eq!(post(&c, "bind", &bind_args(&p, "aligned")).await, json!({"Error": ""}));
+    assert_eq!(post_verb(&c, "bind", &bind_args(&p, "aligned")).await, json!({"Error": ""}));
     let pod = stored(&c, "p").await;
     assert_eq!(annotation(&pod, GPU_IDS_ANNOTATION), None);
     let decision = GpuDecision::from_annotation(annotation(&pod, GPU_DECISION_ANNOTATION).unwrap()).unwrap();

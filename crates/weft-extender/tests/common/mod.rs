@@ -13,10 +13,21 @@ use weft_fakeapi::FakeApiServer;
 pub use weft_testkit::*;
 use weft_topology::NodeTopology;
 
-/// The fake API server with one node of 4 GPUs' capacity per `(name, topology)`, an extender over
-/// it with the real reflector-backed view and binder, served on 127.0.0.1: the server, the
-/// extender's base URL and its state.
-pub async fn bind_cluster(nodes: &[(&str, NodeTopology)]) -> (FakeApiServer, String, Arc<ExtenderState>) {
+/// An extender with API access over the fake API server, served on 127.0.0.1.
+pub struct BindCluster {
+    /// The API server.
+    pub api: FakeApiServer,
+    /// The extender's base URL.
+    pub base: String,
+    /// The extender's state.
+    pub state: Arc<ExtenderState>,
+    /// A client for its routes.
+    pub http: reqwest::Client,
+}
+
+/// The fake API server with one node per `(name, topology)` (capacity: its GPUs), an extender over
+/// it with the real reflector-backed view and binder.
+pub async fn bind_cluster(nodes: &[(&str, NodeTopology)]) -> BindCluster {
     use k8s_openapi::api::core::v1::Node;
     use kube::api::{Api, PostParams};
     let api = FakeApiServer::start().await;
@@ -36,7 +47,41 @@ pub async fn bind_cluster(nodes: &[(&str, NodeTopology)]) -> (FakeApiServer, Str
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(weft_extender::serve(listener, state.clone(), Default::default(), std::future::pending()));
-    (api, base, state)
+    BindCluster { api, base, state, http: reqwest::Client::new() }
+}
+
+/// Creates a pending pod in `ml` asking for `gpus` GPUs and the `extra` limits; returns it as the
+/// API server stored it.
+pub async fn pending(
+    c: &BindCluster,
+    name: &str,
+    gpus: u32,
+    extra: &[(&str, &str)],
+) -> k8s_openapi::api::core::v1::Pod {
+    use kube::api::{Api, PostParams};
+    let mut v = pending_pod_json(name, gpus);
+    for k in ["uid", "resourceVersion", "creationTimestamp", "ownerReferences"] {
+        v["metadata"].as_object_mut().unwrap().remove(k);
+    }
+    v["status"] = serde_json::json!({});
+    for (resource, amount) in extra {
+        v["spec"]["containers"][0]["resources"]["limits"][*resource] = serde_json::json!(amount);
+    }
+    let pod = serde_json::from_value(v).unwrap();
+    Api::namespaced(c.api.client(), "ml").create(&PostParams::default(), &pod).await.unwrap()
+}
+
+/// POSTs `body` to the extender's `verb`; expects 200 and returns the answer.
+pub async fn post_verb(c: &BindCluster, verb: &str, body: &Value) -> Value {
+    let r = c.http.post(format!("{}/{verb}", c.base)).json(body).send().await.unwrap();
+    assert_eq!(r.status(), 200, "{verb}");
+    r.json().await.unwrap()
+}
+
+/// The `ExtenderBindingArgs` that bind `pod` to `node`.
+pub fn bind_args(pod: &k8s_openapi::api::core::v1::Pod, node: &str) -> Value {
+    serde_json::json!({"PodName": pod.metadata.name, "PodNamespace": pod.metadata.namespace,
+                       "PodUID": pod.metadata.uid, "Node": node})
 }
 
 /// An extender served on 127.0.0.1 with an ephemeral port.
