@@ -6,6 +6,7 @@
 //!   then NUMA node), spread over PFs.
 //! - [`joint`]: one decision for a pod's GPUs and VFs on a node (best-effort GPUs; VFs nearest
 //!   them; among equally good GPU sets, the one beside free VFs), and its node score.
+//! - [`nic_claim`]: the opaque configuration of a NIC claim for weft's NIC DRA driver.
 //! - [`vif`]: the multi-VIF record on the pod (interface name → VIF) and its Multus
 //!   `network-status` form.
 //!
@@ -15,4 +16,5 @@
 pub mod choice;
 pub mod config;
 pub mod joint;
+pub mod nic_claim;
 pub mod vif;
