@@ -1,0 +1,1 @@
+//! The NRI sandbox hooks: move a prepared VF into the pod's network namespace and back.

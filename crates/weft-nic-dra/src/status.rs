@@ -1,0 +1,1 @@
+//! The ResourceClaim status the driver writes: `status.devices[].networkData`.
