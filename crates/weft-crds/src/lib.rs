@@ -21,7 +21,7 @@ pub use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::Cust
 use kube::CustomResourceExt;
 
 pub use numanetwork::{
-    DeviceClassReference, DranetClaimParameters, NumaNetwork, NumaNetworkSpec, NumaNetworkStatus,
+    AddressUsage, DeviceClassReference, DranetClaimParameters, NumaNetwork, NumaNetworkSpec, NumaNetworkStatus,
     resource_claim_template_name,
 };
 

@@ -120,6 +120,12 @@ const IP_RANGE_EXAMPLE: &str = "e.g. 192.168.10.0/24 or fd00:10::/64";
         description = "Ethernet speed of the path in Gb/s, as recorded by the author"
     ),
     printcolumn(
+        name = "Addresses",
+        type_ = "string",
+        json_path = ".status.addresses.usage",
+        description = "Addresses allocated / addresses in ipRange"
+    ),
+    printcolumn(
         name = "Ready",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].status",
@@ -195,10 +201,30 @@ pub struct NumaNetworkStatus {
     /// every namespace with a pipeline that uses the network.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_claim_template: Option<String>,
+    /// Namespaces where the ResourceClaimTemplate exists (those with a pipeline that uses the
+    /// network), sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<String>,
+    /// How much of `ipRange` is handed out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addresses: Option<AddressUsage>,
     /// Standard conditions; `Ready` is True when the ResourceClaimTemplates are in place.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+}
+
+/// Addresses of a NumaNetwork's range held by pods' NICs.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AddressUsage {
+    /// Addresses allocated (one `NetworkAddress` object each).
+    pub allocated: i64,
+    /// Addresses the range can hand out (network and IPv4 broadcast addresses excluded);
+    /// saturates at 9223372036854775807 for very large IPv6 ranges.
+    pub size: i64,
+    /// `allocated/size`, exact, for the printer column (e.g. `3/254`).
+    pub usage: String,
 }
 
 /// Name of the ResourceClaimTemplate made for the NumaNetwork `network_name`: `<name>-rct`.

@@ -452,3 +452,116 @@ async fn one_leader_at_a_time_and_a_released_lease_passes_to_the_standby() {
     guard("b to stop", task_b).await.unwrap().unwrap();
     common::rbac::assert_granted(&server.requests(), &["base/controller/rbac.yaml"]);
 }
+
+// ----- NumaNetwork templates -----
+
+/// Numaflow's Pipeline CRD as the fake API server needs it (names, scope, version served).
+async fn install_pipeline_crd(client: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "pipelines.numaflow.numaproj.io"},
+        "spec": {
+            "group": "numaflow.numaproj.io", "scope": "Namespaced",
+            "names": {"plural": "pipelines", "singular": "pipeline", "kind": "Pipeline", "listKind": "PipelineList"},
+            "versions": [{"name": "v1alpha1", "served": true, "storage": true,
+                          "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+                          "subresources": {"status": {}}}]
+        }
+    }))
+    .unwrap();
+    crds.create(&PostParams::default(), &crd).await.unwrap();
+}
+
+fn pipeline(name: &str, network: &str) -> Value {
+    json!({
+        "apiVersion": "numaflow.numaproj.io/v1alpha1", "kind": "Pipeline",
+        "metadata": {"name": name},
+        "spec": {
+            "vertices": [{"name": "a", "udf": {}}, {"name": "b", "udf": {}}],
+            "edges": [{"from": "a", "to": "b", "numaNetwork": {"name": network, "connectionType": "direct"}}]
+        }
+    })
+}
+
+fn ready(v: &Value) -> Option<(String, String)> {
+    let c = v["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == "Ready")?;
+    Some((c["status"].as_str()?.to_string(), c["reason"].as_str()?.to_string()))
+}
+
+#[tokio::test]
+async fn numanetwork_templates_follow_the_pipelines_that_use_the_network() {
+    let server = FakeApiServer::start().await;
+    let client = server.client();
+    install_crds(&client).await;
+    install_pipeline_crd(&client).await;
+    let nets: Api<NumaNetwork> = Api::all(client.clone());
+    nets.create(&PostParams::default(), &network("net-a", "192.168.10.0/24")).await.unwrap();
+    server.clear_requests();
+    let running = start_numanetwork(client.clone());
+
+    // No DeviceClass yet, no pipeline: nothing to make, and the network says why it is not ready.
+    let v = guard(
+        "DeviceClassNotFound",
+        server.wait_for_object("numanetworks", None, "net-a", |v| {
+            ready(v).is_some_and(|(_, r)| r == "DeviceClassNotFound")
+        }),
+    )
+    .await;
+    assert_eq!(ready(&v), Some(("False".into(), "DeviceClassNotFound".into())));
+    assert_eq!(v["status"]["resourceClaimTemplate"], "net-a-rct");
+
+    // Test-side writes go straight to the store (not recorded: the RBAC check is about the controller).
+    server
+        .insert(json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "vf.nvidia.dra.net"},
+            "spec": {"selectors": [{"cel": {"expression": "device.driver == \"nic.weft.io\""}}]}
+        }))
+        .unwrap();
+    // Two pipelines in namespace video, one in batch, all on net-a; one elsewhere on another net.
+    for (ns, name, net) in
+        [("video", "p1", "net-a"), ("video", "p2", "net-a"), ("batch", "p3", "net-a"), ("other", "p4", "net-z")]
+    {
+        let mut p = pipeline(name, net);
+        p["metadata"]["namespace"] = json!(ns);
+        server.insert(p).unwrap();
+    }
+    let v = guard(
+        "templates in video and batch",
+        server.wait_for_object("numanetworks", None, "net-a", |v| {
+            ready(v).is_some_and(|(s, _)| s == "True") && v["status"]["namespaces"] == json!(["batch", "video"])
+        }),
+    )
+    .await;
+    assert_eq!(ready(&v), Some(("True".into(), "TemplatesReady".into())));
+    let t = server.get("resourceclaimtemplates", Some("video"), "net-a-rct").expect("template in video");
+    assert!(server.get("resourceclaimtemplates", Some("batch"), "net-a-rct").is_some());
+    assert!(server.get("resourceclaimtemplates", Some("other"), "net-a-rct").is_none());
+    let devices = &t["spec"]["spec"]["devices"];
+    assert_eq!(devices["requests"][0]["exactly"]["deviceClassName"], "vf.nvidia.dra.net");
+    assert_eq!(devices["config"][0]["opaque"]["driver"], "nic.weft.io");
+    assert_eq!(devices["config"][0]["opaque"]["parameters"]["ipRange"], "192.168.10.0/24");
+    assert_eq!(devices["config"][0]["opaque"]["parameters"]["vlan"], 10);
+    let uid = server.get("numanetworks", None, "net-a").unwrap()["metadata"]["uid"].clone();
+    assert_eq!(t["metadata"]["ownerReferences"][0]["uid"], uid);
+
+    // The last pipeline in batch goes: so does the template there.
+    server.remove("pipelines", Some("batch"), "p3").unwrap();
+    guard(
+        "template gone from batch",
+        server.wait_for_object("numanetworks", None, "net-a", |v| v["status"]["namespaces"] == json!(["video"])),
+    )
+    .await;
+    assert!(server.get("resourceclaimtemplates", Some("batch"), "net-a-rct").is_none());
+    assert!(server.get("resourceclaimtemplates", Some("video"), "net-a-rct").is_some());
+
+    // A template deleted by hand comes back.
+    server.remove("resourceclaimtemplates", Some("video"), "net-a-rct").unwrap();
+    guard(
+        "template back in video",
+        server.wait_for_object("resourceclaimtemplates", Some("video"), "net-a-rct", |_| true),
+    )
+    .await;
+    running.stop().await;
+    common::rbac::assert_granted(&server.requests(), &["base/controller/rbac.yaml"]);
+}

@@ -93,6 +93,24 @@ impl NicConfig {
     }
 }
 
+/// How many addresses of `range` can be handed out: all of them but the network address, and for
+/// IPv4 the broadcast address too; /31 and /32 (IPv4, RFC 3021) and /127 and /128 (IPv6) have no
+/// such addresses to spare, so all are usable.
+pub fn usable_addresses(range: &IpNet) -> u128 {
+    let (bits, prefix, reserved) = match range {
+        IpNet::V4(n) => (32u32, u32::from(n.prefix_len()), 2u128),
+        IpNet::V6(n) => (128u32, u32::from(n.prefix_len()), 1u128),
+    };
+    let host_bits = bits - prefix;
+    if host_bits <= 1 {
+        return 1u128 << host_bits;
+    }
+    if host_bits == 128 {
+        return u128::MAX; // 2^128 - 1: every address but the network address
+    }
+    (1u128 << host_bits) - reserved
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,6 +126,19 @@ mod tests {
                    "ipRange": "192.168.10.0/24", "vlan": 10})
         );
         assert_eq!(NicConfig::parse(&v).unwrap(), c);
+    }
+
+    #[test]
+    fn usable_addresses_leave_out_network_and_broadcast() {
+        let n = |s: &str| usable_addresses(&s.parse().unwrap());
+        assert_eq!(n("192.168.10.0/24"), 254);
+        assert_eq!(n("10.0.0.0/30"), 2);
+        assert_eq!(n("10.0.0.0/31"), 2);
+        assert_eq!(n("10.0.0.1/32"), 1);
+        assert_eq!(n("0.0.0.0/0"), (1u128 << 32) - 2);
+        assert_eq!(n("fd00::/64"), (1u128 << 64) - 1);
+        assert_eq!(n("fd00::/127"), 2);
+        assert_eq!(n("::/0"), u128::MAX);
     }
 
     #[test]

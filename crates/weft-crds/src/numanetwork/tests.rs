@@ -305,6 +305,7 @@ fn printer_columns() {
         ("IPRange", "string", ".spec.refResourceClaimDranet.ipRange"),
         ("VLAN", "integer", ".spec.refResourceClaimDranet.vlanTag"),
         ("Speed", "integer", ".spec.refResourceClaimDranet.ethernetSpeed"),
+        ("Addresses", "string", ".status.addresses.usage"),
         ("Ready", "string", ".status.conditions[?(@.type==\"Ready\")].status"),
         ("Age", "date", ".metadata.creationTimestamp"),
     ];
@@ -588,6 +589,8 @@ fn round_trips_with_status() {
     n.status = Some(NumaNetworkStatus {
         observed_generation: Some(3),
         resource_claim_template: Some("net-a-rct".into()),
+        namespaces: vec!["video".into()],
+        addresses: Some(AddressUsage { allocated: 3, size: 254, usage: "3/254".into() }),
         conditions: vec![Condition {
             type_: READY_CONDITION.into(),
             status: "True".into(),
