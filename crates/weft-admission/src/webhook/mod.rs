@@ -15,12 +15,18 @@
 //!   (404; Volcano's controller retries creating it); a plugin error denies with its message. Pods
 //!   without a Volcano Job controller are allowed unchanged.
 //!
+//! - `POST /pipelines/mutate`, `POST /pipelines/validate`, `POST /numanetworks/validate`: Numaflow
+//!   Pipelines wired to their NumaNetworks and NumaNetworks checked and capped ([`pipelines`];
+//!   `docs/pipelines.md`). They need a NumaNetwork source ([`WebhookState::with_numa_networks`]).
+//!
 //! Status codes: 200 with an AdmissionReview for every request that can be read, including
 //! denials; 400 with a plain-text reason for a body that is not an AdmissionReview or has no
 //! request. Metrics: [`WebhookState::register_metrics`]; TLS: [`tls::TlsFiles`]. Operator
 //! documentation: `docs/webhook.md`.
 
 pub mod jobs;
+pub mod networks;
+pub mod pipelines;
 pub mod review;
 
 use std::future::Future;
@@ -47,8 +53,12 @@ use weft_jobs::admission::{self, AdmissionOptions, PodMutator, Verdict};
 use weft_kube::http::ServeOptions;
 
 pub use jobs::{InMemoryJobs, JobSource, KubeJobSource, MutatorCache};
+pub use networks::{InMemoryNumaNetworks, KubeNumaNetworks, NumaNetworkSource, NumaNetworkValidator, typed_validator};
+pub use pipelines::{MAX_NETWORKS_PER_PIPELINE, NetworkOptions};
 pub use review::{AdmissionRequest, Decision, Denial, Operation, ReviewResponse};
 pub use weft_kube::tls::{TlsError, TlsFiles};
+pub use weft_pipeline::domain::check_zone;
+pub use weft_pipeline::{DEFAULT_ZONE, WiringOptions};
 
 /// Pod annotation Volcano sets to the Job's `status.version` when it creates the pod. A cached Job
 /// with a lower version is older than the pod and is read again from the API server.
@@ -75,7 +85,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(9);
 /// configurations' `timeoutSeconds` is 10).
 pub const DEFAULT_LOOKUP_TIMEOUT: Duration = Duration::from_secs(4);
 
-/// The three admission endpoints.
+/// The admission endpoints.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AdmissionPath {
     /// `/jobs/mutate`.
@@ -84,12 +94,24 @@ pub enum AdmissionPath {
     JobsValidate,
     /// `/pods/mutate`.
     PodsMutate,
+    /// `/pipelines/mutate`.
+    PipelinesMutate,
+    /// `/pipelines/validate`.
+    PipelinesValidate,
+    /// `/numanetworks/validate`.
+    NumaNetworksValidate,
 }
 
 impl AdmissionPath {
     /// Every path.
-    pub const ALL: [AdmissionPath; 3] =
-        [AdmissionPath::JobsMutate, AdmissionPath::JobsValidate, AdmissionPath::PodsMutate];
+    pub const ALL: [AdmissionPath; 6] = [
+        AdmissionPath::JobsMutate,
+        AdmissionPath::JobsValidate,
+        AdmissionPath::PodsMutate,
+        AdmissionPath::PipelinesMutate,
+        AdmissionPath::PipelinesValidate,
+        AdmissionPath::NumaNetworksValidate,
+    ];
 
     /// The URL path.
     pub fn as_str(self) -> &'static str {
@@ -97,6 +119,9 @@ impl AdmissionPath {
             AdmissionPath::JobsMutate => "/jobs/mutate",
             AdmissionPath::JobsValidate => "/jobs/validate",
             AdmissionPath::PodsMutate => "/pods/mutate",
+            AdmissionPath::PipelinesMutate => "/pipelines/mutate",
+            AdmissionPath::PipelinesValidate => "/pipelines/validate",
+            AdmissionPath::NumaNetworksValidate => "/numanetworks/validate",
         }
     }
 
@@ -105,6 +130,8 @@ impl AdmissionPath {
         match self {
             AdmissionPath::JobsMutate | AdmissionPath::JobsValidate => (weft_jobs::job::GROUP, "Job"),
             AdmissionPath::PodsMutate => ("", "Pod"),
+            AdmissionPath::PipelinesMutate | AdmissionPath::PipelinesValidate => (weft_pipeline::GROUP, "Pipeline"),
+            AdmissionPath::NumaNetworksValidate => (networks::GROUP, networks::KIND),
         }
     }
 }
@@ -126,12 +153,13 @@ struct LookupLabels {
     result: &'static str,
 }
 
-/// Requests, their latency, Job lookups and mutator builds.
+/// Requests, their latency, Job and NumaNetwork lookups and mutator builds.
 #[derive(Clone, Debug)]
 struct WebhookMetrics {
     requests: Family<RequestLabels, Counter>,
     duration: Family<PathLabel, Histogram>,
     lookups: Family<LookupLabels, Counter>,
+    network_lookups: Family<LookupLabels, Counter>,
     builds: Counter,
 }
 
@@ -141,6 +169,7 @@ impl Default for WebhookMetrics {
             requests: Family::default(),
             duration: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.0005, 2.0, 14))),
             lookups: Family::default(),
+            network_lookups: Family::default(),
             builds: Counter::default(),
         }
     }
@@ -150,12 +179,18 @@ impl WebhookMetrics {
     fn lookup(&self, source: &'static str, result: &'static str) {
         self.lookups.get_or_create(&LookupLabels { source, result }).inc();
     }
+
+    fn network_lookup(&self, source: &'static str, result: &'static str) {
+        self.network_lookups.get_or_create(&LookupLabels { source, result }).inc();
+    }
 }
 
-/// What the admission handlers share: the options, the Job source and the mutator cache.
+/// What the admission handlers share: the options, the Job source and the mutator cache, and
+/// (optionally) the NumaNetwork source for the Pipeline and NumaNetwork webhooks.
 pub struct WebhookState {
     opts: AdmissionOptions,
     jobs: Arc<dyn JobSource>,
+    networks: Option<pipelines::Networks>,
     mutators: MutatorCache,
     lookup_timeout: Duration,
     mutating: Arc<tokio::sync::Semaphore>,
@@ -168,6 +203,7 @@ impl std::fmt::Debug for WebhookState {
             .field("opts", &self.opts)
             .field("mutators", &self.mutators.len())
             .field("lookup_timeout", &self.lookup_timeout)
+            .field("networks", &self.networks.as_ref().map(|n| &n.opts))
             .finish_non_exhaustive()
     }
 }
@@ -178,6 +214,7 @@ impl WebhookState {
         WebhookState {
             opts,
             jobs,
+            networks: None,
             mutators: MutatorCache::default(),
             lookup_timeout: DEFAULT_LOOKUP_TIMEOUT,
             mutating: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_MUTATIONS)),
@@ -189,6 +226,14 @@ impl WebhookState {
     #[must_use]
     pub fn with_lookup_timeout(mut self, timeout: Duration) -> WebhookState {
         self.lookup_timeout = timeout;
+        self
+    }
+
+    /// The same state serving the Pipeline and NumaNetwork webhooks too, looking NumaNetworks up in
+    /// `source` and deciding with `opts`.
+    #[must_use]
+    pub fn with_numa_networks(mut self, source: Arc<dyn NumaNetworkSource>, opts: NetworkOptions) -> WebhookState {
+        self.networks = Some(pipelines::Networks { source, opts });
         self
     }
 
@@ -207,7 +252,9 @@ impl WebhookState {
     /// Registers, under `weft_webhook_`: `requests_total{path,outcome}` (outcome `allowed`,
     /// `patched`, `denied`, `malformed`), `request_duration_seconds{path}`,
     /// `job_lookups_total{source,result}` (source `cache` or `api`; result `found`, `miss`,
-    /// `stale`, `not_found`, `uid_mismatch`, `error`) and `pod_mutator_builds_total`.
+    /// `stale`, `not_found`, `uid_mismatch`, `error`), `pod_mutator_builds_total` and
+    /// `numanetwork_lookups_total{source,result}` (source `cache`, `api` or `list`; result
+    /// `found`, `miss`, `not_found`, `error`).
     pub fn register_metrics(&self, registry: &mut Registry) {
         let sub = registry.sub_registry_with_prefix("webhook");
         sub.register("requests", "Admission requests by path and outcome", self.metrics.requests.clone());
@@ -226,12 +273,22 @@ impl WebhookState {
             "Builds of a Job's weft plugins for its pods (once per Job version)",
             self.metrics.builds.clone(),
         );
+        sub.register(
+            "numanetwork_lookups",
+            "Lookups of NumaNetworks by the Pipeline and NumaNetwork webhooks, by source and result",
+            self.metrics.network_lookups.clone(),
+        );
     }
 
-    /// Makes `ops` report not ready until the Volcano Job cache has synced.
+    /// Makes `ops` report not ready until the Volcano Job cache (and the NumaNetwork cache, when
+    /// there is one) has synced.
     pub fn add_readiness_check(&self, ops: &weft_kube::ops::Ops) {
         let jobs = self.jobs.clone();
         ops.add_readiness_check("volcano-jobs (Job cache synced)", move || jobs.is_synced());
+        if let Some(n) = &self.networks {
+            let source = n.source.clone();
+            ops.add_readiness_check("numanetworks (NumaNetwork cache synced)", move || source.is_synced());
+        }
     }
 
     /// Answers one AdmissionReview `body` sent to `path`: the review to send back, or why the body
@@ -271,6 +328,9 @@ impl WebhookState {
             AdmissionPath::JobsMutate => self.mutate_job(request),
             AdmissionPath::JobsValidate => self.validate_job(request),
             AdmissionPath::PodsMutate => self.mutate_pod(request).await,
+            AdmissionPath::PipelinesMutate => self.mutate_pipeline(request).await,
+            AdmissionPath::PipelinesValidate => self.validate_pipeline(request).await,
+            AdmissionPath::NumaNetworksValidate => self.validate_numa_network(request).await,
         }
     }
 
@@ -455,7 +515,8 @@ impl WebhookState {
     }
 }
 
-/// The admission routes: `POST /jobs/mutate`, `/jobs/validate`, `/pods/mutate`.
+/// The admission routes: `POST /jobs/mutate`, `/jobs/validate`, `/pods/mutate`,
+/// `/pipelines/mutate`, `/pipelines/validate`, `/numanetworks/validate`.
 pub fn router(state: Arc<WebhookState>) -> Router {
     let mut router = Router::new();
     for path in AdmissionPath::ALL {

@@ -210,6 +210,12 @@ impl Denial {
         Self { code: 400, reason: "BadRequest", message: message.into() }
     }
 
+    /// 403 Forbidden: the request is valid but not permitted (a cap would be exceeded, as the API
+    /// server answers for an exceeded ResourceQuota).
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self { code: 403, reason: "Forbidden", message: message.into() }
+    }
+
     /// 404 NotFound: something the object refers to does not exist.
     pub fn not_found(message: impl Into<String>) -> Self {
         Self { code: 404, reason: "NotFound", message: message.into() }
