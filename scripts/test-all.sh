@@ -9,7 +9,7 @@ log() { printf '\n==> %s\n' "$*"; }
 
 # System packages the tests need. The GPU topology engine needs none; later subsystems add theirs here
 # (etcd-server, nats-server, containernetworking-plugins, iproute2).
-NEEDED_DEBS=(containernetworking-plugins iproute2)
+NEEDED_DEBS=(containernetworking-plugins iproute2 etcd-server)
 if [ "${#NEEDED_DEBS[@]}" -gt 0 ]; then
   missing=()
   for p in "${NEEDED_DEBS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

@@ -5,6 +5,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use weft_admission::job_controller::{self, JobControllerConfig};
 use weft_crds::numanetwork_controller;
+use weft_crds::profile_provider::{ProfileProvider, serve};
 use weft_kube::controller::{Context, ControllerMetrics, Settings};
 use weft_kube::leader::{self, LeaderConfig};
 
@@ -14,8 +15,13 @@ use crate::kube_args::{KubeArgs, OpsArgs, instance_name};
 /// The controllers `weft controller` can run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ControllerKind {
-    /// Validates each NumaNetwork and records the verdict in its status.
+    /// Validates each NumaNetwork, makes its ResourceClaimTemplates where pipelines use it,
+    /// counts its addresses and collects those whose claim is gone.
     Numanetwork,
+    /// The DNS registrar: for each ready Numaflow vertex pod on a NumaNetwork, a CoreDNS etcd
+    /// (SkyDNS) record of its vertex domain and second-NIC address (docs/dns.md). Needs an etcd
+    /// (--dns-etcd-endpoints); not on by default.
+    Dns,
     /// Creates, updates and deletes the job-level objects (ConfigMaps, Secrets, Services,
     /// NetworkPolicies) of weft's plugins on Volcano Jobs (annotation `weft.io/job-plugins`).
     Jobs,
@@ -58,10 +64,64 @@ pub struct ControllerArgs {
     /// webhook's --max-job-replicas).
     #[arg(long, default_value_t = weft_jobs::volcano_rules::MAX_TOTAL_REPLICAS, value_name = "N")]
     max_job_replicas: u64,
+    /// Serve dranet's profile provider (`--profile-provider=webhook --webhook-url=http://<this>`)
+    /// on this address, handing out NumaNetwork addresses for the profiles `weft.io/<network>`.
+    /// Every replica serves it, leader or not (addresses are claimed through the API server).
+    #[arg(long, value_name = "ADDR")]
+    dranet_profile_provider: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    dns: DnsArgs,
     #[command(flatten)]
     kube: KubeArgs,
     #[command(flatten)]
     ops: OpsArgs,
+}
+
+/// The DNS registrar's settings (`--controllers dns`).
+#[derive(Args, Debug)]
+pub struct DnsArgs {
+    /// etcd client URLs the records go to (CoreDNS's etcd plugin `endpoint`), comma-separated;
+    /// plain http only.
+    #[arg(long, value_delimiter = ',', default_value = "http://127.0.0.1:2379")]
+    dns_etcd_endpoints: Vec<String>,
+    /// etcd path the records live under (CoreDNS's `path`).
+    #[arg(long, default_value = "/skydns")]
+    dns_prefix: String,
+    /// `ttl` of each record, seconds.
+    #[arg(long, default_value_t = 10)]
+    dns_ttl: u32,
+    /// TTL of the registrar's etcd lease, seconds: how long a dead registrar's records stay.
+    #[arg(long, default_value_t = 30)]
+    dns_lease_ttl: u64,
+    /// Zone of the vertex domains (must match `weft webhook`'s).
+    #[arg(long, default_value = weft_pipeline::DEFAULT_ZONE)]
+    dns_zone: String,
+    /// DRA drivers whose devices' networkData carries the vertex address, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "nic.weft.io,dra.net")]
+    dns_drivers: Vec<String>,
+    /// Owner marker written in every record; keep it stable so a restart collects its stale records.
+    #[arg(long, default_value = "weft-controller")]
+    dns_registrar_id: String,
+    /// Revoke the lease on an orderly stop, removing the records at once (default: they stay until
+    /// the lease runs out, so the next leader takes them over without a gap).
+    #[arg(long)]
+    dns_revoke_on_shutdown: bool,
+}
+
+impl DnsArgs {
+    fn settings(&self) -> weft_dns::DnsSettings {
+        weft_dns::DnsSettings {
+            endpoints: self.dns_etcd_endpoints.clone(),
+            prefix: self.dns_prefix.clone(),
+            ttl: self.dns_ttl,
+            lease_ttl: Duration::from_secs(self.dns_lease_ttl),
+            zone: self.dns_zone.clone(),
+            drivers: self.dns_drivers.clone(),
+            registrar_id: self.dns_registrar_id.clone(),
+            revoke_on_shutdown: self.dns_revoke_on_shutdown,
+            ..weft_dns::DnsSettings::default()
+        }
+    }
 }
 
 pub fn run(a: ControllerArgs) -> anyhow::Result<()> {
@@ -85,6 +145,12 @@ pub fn run(a: ControllerArgs) -> anyhow::Result<()> {
         job_config.build.max_job_replicas = a.max_job_replicas;
         let (run_nn, run_jobs) =
             (a.controllers.contains(&ControllerKind::Numanetwork), a.controllers.contains(&ControllerKind::Jobs));
+        let run_dns = a.controllers.contains(&ControllerKind::Dns);
+        let dns_settings = a.dns.settings();
+        if run_dns {
+            dns_settings.validate().map_err(|e| anyhow::anyhow!("--controllers dns: {e}"))?;
+        }
+        let dns_controller_settings = settings(weft_dns::NAME);
         let names: Vec<_> =
             a.controllers.iter().filter_map(|c| c.to_possible_value()).map(|v| v.get_name().to_owned()).collect();
         note(format_args!("weft controller: controllers {}", names.join(", ")));
@@ -102,8 +168,32 @@ pub fn run(a: ControllerArgs) -> anyhow::Result<()> {
                         .await;
                 }
             };
-            tokio::join!(nn, jobs);
+            let dns = async {
+                if run_dns {
+                    let stop = stop.clone();
+                    if let Err(e) =
+                        weft_dns::run(ctx.clone(), dns_controller_settings, dns_settings, async move { stop.cancelled().await })
+                            .await
+                    {
+                        tracing::error!(error = %e, "DNS registrar could not start");
+                    }
+                }
+            };
+            tokio::join!(nn, jobs, dns);
         };
+        if let Some(addr) = a.dranet_profile_provider {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| anyhow::anyhow!("--dranet-profile-provider {addr}: cannot listen: {e}"))?;
+            note(format_args!("weft controller: dranet profile provider on http://{addr}"));
+            let stop = c.shutdown.clone();
+            let provider = ProfileProvider::new(client.clone());
+            tokio::spawn(async move {
+                if let Err(e) = serve(provider, listener, async move { stop.cancelled().await }).await {
+                    tracing::error!(error = %e, "dranet profile provider stopped");
+                }
+            });
+        }
         // Ready once the client works and (for the leader) the controllers started; standbys are
         // ready too, or a rolling update could never finish.
         c.started();
