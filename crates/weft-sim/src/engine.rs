@@ -185,21 +185,21 @@ impl<'c> State<'c> {
 }
 
 /// Every one of `n` positions (GPUs or VFs; at most 128).
-fn all_of(n: usize) -> u128 {
+pub(crate) fn all_of(n: usize) -> u128 {
     if n >= 128 { u128::MAX } else { (1u128 << n) - 1 }
 }
 
-fn mask_to_vec(mask: u128) -> Vec<usize> {
+pub(crate) fn mask_to_vec(mask: u128) -> Vec<usize> {
     (0..128).filter(|&i| mask & (1u128 << i) != 0).collect()
 }
 
-fn vec_to_mask(gpus: &[usize]) -> u128 {
+pub(crate) fn vec_to_mask(gpus: &[usize]) -> u128 {
     gpus.iter().fold(0u128, |m, &g| m | (1u128 << g))
 }
 
 /// go-gpuallocator-style node-local allocation: the best-effort objective for ≥ 2 GPUs, the lowest
 /// free GPU for 1 (upstream's behaviour, reference §1.3).
-fn gpuallocator_style(cluster: &Cluster, node: usize, free: u128, count: usize) -> Result<u128, SimError> {
+pub(crate) fn gpuallocator_style(cluster: &Cluster, node: usize, free: u128, count: usize) -> Result<u128, SimError> {
     if count == 1 {
         return Ok(free & free.wrapping_neg());
     }
@@ -211,7 +211,7 @@ fn gpuallocator_style(cluster: &Cluster, node: usize, free: u128, count: usize) 
 }
 
 /// Whether every VF at `vfs` shares a PCIe switch with one of the GPUs at `gpus`.
-fn all_near(topology: &NodeTopology, gpus: u128, vfs: u128) -> bool {
+pub(crate) fn all_near(topology: &NodeTopology, gpus: u128, vfs: u128) -> bool {
     let gpus = mask_to_vec(gpus);
     mask_to_vec(vfs).into_iter().all(|v| near_enough(topology.vf_nearest(v, &gpus)))
 }

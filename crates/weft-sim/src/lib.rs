@@ -1,10 +1,12 @@
 //! weft-sim: an embedded cluster model that drives weft's placement code (the same `weft-alloc`
 //! functions and `weft-net` joint GPU + VF decision the scheduler extender calls) over a stream of
-//! GPU pods, some asking for SR-IOV VFs, side by side with topology-blind baselines. It is the
-//! engine of `weft simulate`.
+//! GPU pods, some asking for SR-IOV VFs, side by side with topology-blind baselines; and
+//! ([`pipeline`]) Numaflow pipelines on NumaNetworks: each vertex pod's node, GPUs, NIC, address and
+//! DNS name. It is the engine of `weft simulate`.
 
 pub mod cluster;
 pub mod engine;
+pub mod pipeline;
 pub mod workload;
 
 use std::collections::BTreeMap;
@@ -15,6 +17,7 @@ use weft_alloc::ScoreConfig;
 
 pub use cluster::{Cluster, ClusterSpec, NodeTypeSpec, builtin_topology, builtin_types};
 pub use engine::{PlacementPolicy, PolicyReport, Progress, run_policy};
+pub use pipeline::{PipelineReport, PipelineScenario, read_scenario, simulate_pipelines};
 pub use workload::{Generate, SimPod, parse_workload, read_workload};
 
 /// Most nodes a simulated cluster may have (a few hundred bytes each, plus the policies' indexes).
@@ -65,6 +68,21 @@ pub enum SimError {
         asked: u128,
         /// The limit.
         limit: usize,
+    },
+    /// A NumaNetwork's range holds fewer addresses than the vertex pods on it need.
+    #[error(
+        "NumaNetwork '{network}': ipRange {range} has {usable} usable addresses (network and IPv4 broadcast \
+         excluded), but {needed} vertex pods on it need one each; widen the range or lower the replicas"
+    )]
+    AddressesExhausted {
+        /// The network.
+        network: String,
+        /// Its range.
+        range: String,
+        /// Addresses it can hand out.
+        usable: u128,
+        /// Addresses asked for.
+        needed: usize,
     },
     /// A topology failed to load.
     #[error(transparent)]

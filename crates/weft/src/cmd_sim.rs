@@ -7,7 +7,11 @@ use anyhow::Context;
 use clap::Args;
 use indicatif::{HumanCount, MultiProgress, ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 use weft_alloc::ScoreConfig;
-use weft_sim::{ClusterSpec, Generate, PlacementPolicy, Progress, SimReport, builtin_types, read_workload, simulate};
+use weft_sim::pipeline::{PipelineReport, embedded_default};
+use weft_sim::{
+    ClusterSpec, Generate, PlacementPolicy, Progress, SimReport, builtin_types, read_scenario, read_workload, simulate,
+    simulate_pipelines,
+};
 
 use crate::output::{Output, print_json, score_config, table};
 
@@ -36,6 +40,15 @@ pub struct SimulateArgs {
     /// Weight (0–1) of the remainder-quality term in weft's node score.
     #[arg(long, default_value_t = ScoreConfig::default().remainder_weight)]
     remainder_weight: f64,
+    /// Place Numaflow pipelines on NumaNetworks instead of a pod stream: each vertex pod's node,
+    /// GPUs, NIC, IP address and DNS name under each policy, and the NIC–GPU alignment share. FILE
+    /// is a `kind: SimPipelines` scenario; without one, the seed's video pipeline
+    /// (in → filter-resize → inference → out).
+    #[arg(long, value_name = "FILE", num_args = 0..=1, conflicts_with_all = ["workload", "pods"])]
+    pipelines: Option<Option<PathBuf>>,
+    /// With --pipelines: run every vertex with this many replicas.
+    #[arg(long, value_name = "N", requires = "pipelines")]
+    replicas: Option<usize>,
     /// List the built-in node types and exit.
     #[arg(long)]
     list_node_types: bool,
@@ -91,6 +104,9 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     };
     let base = args.cluster.as_deref().and_then(|p| p.parent());
     let cluster = spec.build(base).context("building the cluster")?;
+    if let Some(file) = &args.pipelines {
+        return run_pipelines(&args, file.as_deref(), &cluster);
+    }
     let pods = match &args.workload {
         Some(p) => read_workload(p).with_context(|| format!("reading workload {}", p.display()))?,
         None => Generate::default_for(cluster.total_gpus(), args.pods, args.seed).pods()?,
@@ -108,6 +124,106 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         Output::Json => print_json(&report),
         Output::Table => print_report(&report),
     }
+}
+
+fn run_pipelines(
+    args: &SimulateArgs,
+    file: Option<&std::path::Path>,
+    cluster: &weft_sim::Cluster,
+) -> anyhow::Result<()> {
+    let scenario = match file {
+        Some(p) => read_scenario(p).with_context(|| format!("reading pipeline scenario {}", p.display()))?,
+        None => embedded_default(),
+    };
+    let scenario = match args.replicas {
+        Some(n) => scenario.with_replicas(n),
+        None => scenario,
+    };
+    let policies: Vec<PlacementPolicy> = args.policies.iter().map(|&p| p.into()).collect();
+    let score_config = score_config(args.remainder_weight)?;
+    let report = simulate_pipelines(cluster, &scenario, &policies, &score_config, args.seed)?;
+    match args.output {
+        Output::Json => print_json(&report),
+        Output::Table => print_pipelines(&report),
+    }
+}
+
+fn print_pipelines(r: &PipelineReport) -> anyhow::Result<()> {
+    let types: Vec<String> = r.cluster.node_types.iter().map(|(k, v)| format!("{v}× {k}")).collect();
+    outln!(
+        "cluster:  {} nodes, {} GPUs, {} SR-IOV VFs ({})",
+        r.cluster.nodes,
+        r.cluster.gpus,
+        r.cluster.vfs,
+        types.join(", ")
+    )?;
+    for n in &r.networks {
+        let vlan = n.vlan.map_or("untagged".to_string(), |v| format!("VLAN {v}"));
+        outln!(
+            "network:  {} {} ({} usable addresses), {vlan}, NICs from physnet {}; {} vertex pods on it",
+            n.name,
+            n.ip_range,
+            n.usable_addresses,
+            n.physnet,
+            n.pods
+        )?;
+    }
+    // VERTEX_DOMAIN_TARGETS is the vertex's, whatever the policy: print it once.
+    if let Some(first) = r.policies.first() {
+        let mut seen = std::collections::BTreeSet::new();
+        for p in &first.pods {
+            if !p.domain_targets.is_empty() && seen.insert((&p.pipeline, &p.vertex)) {
+                outln!("targets:  {}/{} VERTEX_DOMAIN_TARGETS={}", p.pipeline, p.vertex, p.domain_targets.join(","))?;
+            }
+        }
+    }
+    for p in &r.policies {
+        outln!()?;
+        outln!("{}: {}/{} vertex pods placed", p.policy, p.placed, p.placed + p.unplaced)?;
+        let mut t = table(&["vertex", "pod", "node", "GPUs", "NIC/VF", "IP", "DNS name"]);
+        for pod in &p.pods {
+            let dash = || "-".to_string();
+            let gpus = if pod.gpus.is_empty() {
+                dash()
+            } else {
+                pod.gpus.iter().map(usize::to_string).collect::<Vec<_>>().join(",")
+            };
+            let near = match pod.aligned {
+                Some(true) => " (by its GPU)",
+                Some(false) => " (across the host bridge)",
+                None => "",
+            };
+            let join = |f: &dyn Fn(&weft_sim::pipeline::PodNic) -> String| {
+                if pod.nics.is_empty() { dash() } else { pod.nics.iter().map(f).collect::<Vec<_>>().join("\n") }
+            };
+            t.add_row(vec![
+                pod.vertex.clone(),
+                pod.pod.clone(),
+                pod.node.clone().unwrap_or_else(|| "not placed".to_string()),
+                gpus,
+                join(&|n| format!("{} {}{near}", n.nic, n.vf)),
+                join(&|n| n.ip.to_string()),
+                join(&|n| n.domain.clone()),
+            ]);
+        }
+        outln!("{t}")?;
+    }
+    outln!()?;
+    let shares: Vec<String> = r
+        .policies
+        .iter()
+        .map(|p| {
+            if p.nic_gpu_pods == 0 {
+                format!("{} -", p.policy)
+            } else {
+                format!("{} {:.1}% ({}/{})", p.policy, p.alignment_share * 100.0, p.aligned_pods, p.nic_gpu_pods)
+            }
+        })
+        .collect();
+    outln!("NIC–GPU alignment: {}", shares.join(", "))?;
+    outln!("(share of placed vertex pods holding GPUs and a NIC whose every NIC shares a PCIe switch with one of")?;
+    outln!("their GPUs, so GPUDirect RDMA does not cross the host bridge)")?;
+    Ok(())
 }
 
 /// One progress bar per policy on stderr while the run lasts: pods handled of the total, pods placed,
