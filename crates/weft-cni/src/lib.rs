@@ -8,12 +8,15 @@
 //! - [`env`]: `CNI_*` variables per command, `CNI_ARGS`;
 //! - [`conf`]: the network configuration, every field checked by name;
 //! - [`plugin`]: ADD, DEL, CHECK, GC, STATUS, with rollback;
+//! - [`attach`]: a VF's netdev into a pod's namespace and back (shared with weft's NIC DRA
+//!   driver);
 //! - [`net`]: namespaces and rtnetlink calls; [`pf`]: the VF's PF-side settings ([`PfControl`]);
 //! - [`ipam`], [`delegate`], [`store`]: delegated IPAM and weft's own range;
 //! - [`state`]: the cache files; [`result`]: results per version; [`podres`]: chained mode.
 //!
 //! `docs/cni.md` describes the configuration, the modes and the error codes.
 
+pub mod attach;
 pub mod conf;
 pub mod delegate;
 pub mod env;

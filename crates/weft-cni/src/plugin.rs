@@ -22,8 +22,9 @@ use std::time::Duration;
 use ipnet::IpNet;
 use weft_net::config::resource_name;
 use weft_net::vif::Vif;
-use weft_topology::discover::{SysfsRoot, read_vf};
 
+pub use crate::attach::temp_name;
+use crate::attach::{Host, MoveProgress, PodLink, TakenBack};
 use crate::conf::NetConf;
 use crate::env::CniEnv;
 use crate::error::{CniError, code};
@@ -40,17 +41,6 @@ fn link_err(e: LinkError) -> CniError {
 
 fn pf_err(e: PfError) -> CniError {
     CniError::new(code::PF_CONTROL, e.to_string())
-}
-
-/// The temporary name a VF carries while it moves between namespaces: `wcni` and 8 hex digits
-/// of a hash of its PCI address (unique per VF, 12 characters).
-pub fn temp_name(pci: &str) -> String {
-    let mut h: u32 = 0x811c_9dc5;
-    for b in pci.bytes() {
-        h ^= u32::from(b);
-        h = h.wrapping_mul(0x0100_0193);
-    }
-    format!("wcni{h:08x}")
 }
 
 /// Several errors as one: the first one's code, every message.
@@ -73,10 +63,7 @@ fn combine(mut errors: Vec<CniError>) -> Result<(), CniError> {
 struct Progress {
     pf_vlan: bool,
     pf_mac: bool,
-    down: bool,
-    renamed: bool,
-    moved: bool,
-    named: bool,
+    link: MoveProgress,
     ipam: bool,
 }
 
@@ -98,17 +85,15 @@ pub struct Plugin<'a, P: PfControl> {
     conf: &'a NetConf,
     stdin: &'a [u8],
     pf: &'a P,
-    host: Links,
-    host_ns: Netns,
+    host: Host,
     state: StateDir,
 }
 
 impl<'a, P: PfControl> Plugin<'a, P> {
     /// Set up for one invocation. Must be called within a tokio runtime (netlink).
     pub fn new(env: &'a CniEnv, conf: &'a NetConf, stdin: &'a [u8], pf: &'a P) -> Result<Plugin<'a, P>, CniError> {
-        let host = Links::here().map_err(link_err)?;
-        let host_ns = Netns::current().map_err(|e| CniError::new(code::IO, e.to_string()))?;
-        Ok(Plugin { env, conf, stdin, pf, host, host_ns, state: StateDir::new(&conf.cache_dir) })
+        let host = Host::new()?;
+        Ok(Plugin { env, conf, stdin, pf, host, state: StateDir::new(&conf.cache_dir) })
     }
 
     fn ipam(&self) -> IpamCtx<'_> {
@@ -124,7 +109,7 @@ impl<'a, P: PfControl> Plugin<'a, P> {
         let (cid, ifname) = (self.env.container_id(), self.env.ifname());
         let netns_path = self.env.netns.clone().ok_or_else(|| CniError::env("CNI_NETNS", "missing"))?;
         let netns = Netns::open(&netns_path).map_err(|e| CniError::env("CNI_NETNS", e))?;
-        if netns.same_as(&self.host_ns) {
+        if netns.same_as(self.host.netns()) {
             return Err(CniError::env(
                 "CNI_NETNS",
                 format!("{} is the plugin's own network namespace", netns_path.display()),
@@ -272,9 +257,7 @@ impl<'a, P: PfControl> Plugin<'a, P> {
         pci: &str,
         ifname: &str,
     ) -> Result<(AttachedVf, Option<CniResult>), CniError> {
-        let root = SysfsRoot::new(&self.conf.sysfs_root);
-        let (vf, pf_netdev) =
-            read_vf(&root, pci).map_err(|e| CniError::new(code::VF_UNUSABLE, format!("VF {pci}: {e}")))?;
+        let located = self.host.locate(&self.conf.sysfs_root, pci)?;
         if let Some(held) = self.state.pci_record(pci)? {
             if Netns::alive(&held) {
                 return Err(CniError::new(
@@ -284,33 +267,23 @@ impl<'a, P: PfControl> Plugin<'a, P> {
             }
             self.state.remove_pci_record(pci)?;
         }
-        let host_name = vf.function.netdev.clone().ok_or_else(|| {
-            CniError::new(
-                code::VF_UNUSABLE,
-                format!("VF {pci} has no netdev in the host network namespace (bound to a userspace driver such as vfio-pci, or held in another namespace)"),
-            )
-        })?;
-        let link = self.host.get(&host_name).await.map_err(link_err)?.ok_or_else(|| {
-            CniError::new(
-                code::VF_UNUSABLE,
-                format!("VF {pci}'s netdev {host_name} (from sysfs) is not a link in the host network namespace"),
-            )
-        })?;
+        let link = self.host.host_link(pci, &located).await?;
         if pod.get(ifname).await.map_err(link_err)?.is_some() {
             return Err(CniError::new(
                 code::LINK,
                 format!("interface {ifname} already exists in {}", netns.path().display()),
             ));
         }
+        let vf = located.vf;
         let mut job = Job {
             pci,
             ifname,
             vf_index: vf.index,
             pf_pci: vf.pf_pci_address.clone(),
-            pf_netdev,
+            pf_netdev: located.pf_netdev,
             rdma: vf.function.rdma_device.clone(),
             host_index: link.index,
-            original: OriginalState { host_ifname: host_name, mac: link.mac, mtu: link.mtu, up: link.up, pf: None },
+            original: OriginalState { host_ifname: link.name, mac: link.mac, mtu: link.mtu, up: link.up, pf: None },
         };
         let mut progress = Progress::default();
         match self.attach_steps(netns, pod, &mut job, &mut progress).await {
@@ -341,40 +314,25 @@ impl<'a, P: PfControl> Plugin<'a, P> {
                     ),
                 )
             })?;
-            job.original.pf = Some(self.pf.vf_state(&self.host, &pf_name, job.vf_index).await.map_err(pf_err)?);
+            job.original.pf = Some(self.pf.vf_state(self.host.links(), &pf_name, job.vf_index).await.map_err(pf_err)?);
             if let Some(v) = conf.vlan {
                 progress.pf_vlan = true;
-                self.pf.set_vlan(&self.host, &pf_name, job.vf_index, v.vlan, v.qos, v.proto).await.map_err(pf_err)?;
+                self.pf
+                    .set_vlan(self.host.links(), &pf_name, job.vf_index, v.vlan, v.qos, v.proto)
+                    .await
+                    .map_err(pf_err)?;
                 applied.vlan = Some(v);
             }
             if let Some(mac) = &conf.mac {
                 progress.pf_mac = true;
-                self.pf.set_mac(&self.host, &pf_name, job.vf_index, mac).await.map_err(pf_err)?;
+                self.pf.set_mac(self.host.links(), &pf_name, job.vf_index, mac).await.map_err(pf_err)?;
                 applied.mac = Some(mac.clone());
             }
         }
-        let tmp = temp_name(job.pci);
-        let host_name = job.original.host_ifname.clone();
-        progress.down = true;
-        self.host.set_up(job.host_index, &host_name, false).await.map_err(link_err)?;
-        self.host.rename(job.host_index, &host_name, &tmp).await.map_err(link_err)?;
-        progress.renamed = true;
-        self.host.move_to(job.host_index, &tmp, netns).await.map_err(link_err)?;
-        progress.moved = true;
-        let arrived = pod.get(&tmp).await.map_err(link_err)?.ok_or_else(|| {
-            CniError::new(code::LINK, format!("VF netdev {tmp} did not arrive in {}", netns.path().display()))
-        })?;
-        let index = arrived.index;
-        pod.rename(index, &tmp, job.ifname).await.map_err(link_err)?;
-        progress.named = true;
-        if let Some(mac) = &conf.mac {
-            pod.set_mac(index, job.ifname, mac).await.map_err(link_err)?;
-        }
-        if let Some(mtu) = conf.mtu {
-            pod.set_mtu(index, job.ifname, mtu).await.map_err(link_err)?;
-            applied.mtu = Some(mtu);
-        }
-        pod.set_up(index, job.ifname, true).await.map_err(link_err)?;
+        let want = PodLink { ifname: job.ifname, mac: conf.mac.as_ref(), mtu: conf.mtu };
+        let index =
+            self.host.move_into(netns, pod, job.pci, job.host_index, &job.original, &want, &mut progress.link).await?;
+        applied.mtu = conf.mtu;
 
         progress.ipam = true;
         let netns_text = netns.path().display().to_string();
@@ -436,21 +394,8 @@ impl<'a, P: PfControl> Plugin<'a, P> {
                 eprintln!("weft-cni: undoing ADD of VF {}: IPAM DEL: {e}", job.pci);
             }
         }
-        let tmp = temp_name(job.pci);
-        let restored = if progress.moved {
-            let current = if progress.named { job.ifname } else { tmp.as_str() };
-            match pod.get(current).await {
-                Ok(Some(l)) => self.return_to_host(pod, l.index, current, job.pci, &job.original).await,
-                Ok(None) => Err(CniError::new(code::LINK, format!("{current} is not in {netns_text}"))),
-                Err(e) => Err(link_err(e)),
-            }
-        } else if progress.renamed {
-            self.host_restore(job.host_index, &tmp, &job.original).await
-        } else if progress.down && job.original.up {
-            self.host.set_up(job.host_index, &job.original.host_ifname, true).await.map_err(link_err)
-        } else {
-            Ok(())
-        };
+        let restored =
+            self.host.undo_move(netns, pod, job.pci, job.host_index, job.ifname, &job.original, &progress.link).await;
         if let Err(e) = restored {
             eprintln!("weft-cni: undoing ADD of VF {}: returning it to the host: {e}", job.pci);
         }
@@ -479,51 +424,6 @@ impl<'a, P: PfControl> Plugin<'a, P> {
         }
     }
 
-    /// The VF `current` (index `index` in the pod) back to the host under its original name, MAC,
-    /// MTU and up state.
-    async fn return_to_host(
-        &self,
-        pod: &Links,
-        index: u32,
-        current: &str,
-        pci: &str,
-        original: &OriginalState,
-    ) -> Result<(), CniError> {
-        let tmp = temp_name(pci);
-        pod.set_up(index, current, false).await.map_err(link_err)?;
-        if current != tmp {
-            pod.rename(index, current, &tmp).await.map_err(link_err)?;
-        }
-        pod.move_to(index, &tmp, &self.host_ns).await.map_err(link_err)?;
-        let back = self.host.get(&tmp).await.map_err(link_err)?.ok_or_else(|| {
-            CniError::new(code::LINK, format!("VF {pci} ({tmp}) did not arrive in the host network namespace"))
-        })?;
-        self.host_restore(back.index, &tmp, original).await
-    }
-
-    /// In the host: link `index`, named `current`, gets its original name, MTU, MAC and up state.
-    async fn host_restore(&self, index: u32, current: &str, original: &OriginalState) -> Result<(), CniError> {
-        let name = &original.host_ifname;
-        if current != name {
-            self.host.set_up(index, current, false).await.map_err(link_err)?;
-            self.host.rename(index, current, name).await.map_err(link_err)?;
-        }
-        if let Some(now) = self.host.get(name).await.map_err(link_err)? {
-            if now.mtu != original.mtu {
-                self.host.set_mtu(index, name, original.mtu).await.map_err(link_err)?;
-            }
-            if let Some(mac) = &original.mac
-                && now.mac.as_ref() != Some(mac)
-            {
-                self.host.set_mac(index, name, mac).await.map_err(link_err)?;
-            }
-        }
-        if original.up {
-            self.host.set_up(index, name, true).await.map_err(link_err)?;
-        }
-        Ok(())
-    }
-
     /// The PF-side settings ADD `applied` back to `original`.
     async fn restore_pf(
         &self,
@@ -545,12 +445,13 @@ impl<'a, P: PfControl> Plugin<'a, P> {
         let mut errors = Vec::new();
         if applied.mac.is_some()
             && let Some(mac) = &before.admin_mac
-            && let Err(e) = self.pf.set_mac(&self.host, pf, vf_index, mac).await
+            && let Err(e) = self.pf.set_mac(self.host.links(), pf, vf_index, mac).await
         {
             errors.push(pf_err(e));
         }
         if applied.vlan.is_some()
-            && let Err(e) = self.pf.set_vlan(&self.host, pf, vf_index, before.vlan, before.qos, before.proto).await
+            && let Err(e) =
+                self.pf.set_vlan(self.host.links(), pf, vf_index, before.vlan, before.qos, before.proto).await
         {
             errors.push(pf_err(e));
         }
@@ -560,23 +461,16 @@ impl<'a, P: PfControl> Plugin<'a, P> {
     /// One attached VF back to the host (its PF-side settings restored), from `pod`.
     async fn release_vf(&self, pod: &Links, netns: &Netns, vf: &AttachedVf) -> Result<(), CniError> {
         let mut errors = Vec::new();
-        match pod.get(&vf.ifname).await {
-            Ok(Some(l)) => {
-                if let Err(e) = self.return_to_host(pod, l.index, &vf.ifname, &vf.pci_address, &vf.original).await {
-                    errors.push(e);
-                }
-            }
-            Ok(None) => match self.host.get(&vf.original.host_ifname).await {
-                Ok(Some(_)) => {}
-                _ => eprintln!(
-                    "weft-cni: VF {}: {} is not in {} and {} is not in the host",
-                    vf.pci_address,
-                    vf.ifname,
-                    netns.path().display(),
-                    vf.original.host_ifname
-                ),
-            },
-            Err(e) => errors.push(link_err(e)),
+        match self.host.take_back(pod, &vf.pci_address, &vf.ifname, &vf.original).await {
+            Ok(TakenBack::Returned | TakenBack::AlreadyHome) => {}
+            Ok(TakenBack::Missing) => eprintln!(
+                "weft-cni: VF {}: {} is not in {} and {} is not in the host",
+                vf.pci_address,
+                vf.ifname,
+                netns.path().display(),
+                vf.original.host_ifname
+            ),
+            Err(e) => errors.push(e),
         }
         if let Err(e) =
             self.restore_pf(&vf.pci_address, vf.vf_index, vf.pf_netdev.as_deref(), &vf.original, &vf.applied).await
@@ -589,13 +483,8 @@ impl<'a, P: PfControl> Plugin<'a, P> {
     /// After the pod's namespace is gone, the kernel has put a physical VF back in the host under
     /// its pod name (or `dev<N>`); give it its original name and MTU again, as far as sysfs shows it.
     async fn rename_back(&self, vf: &AttachedVf) {
-        let root = SysfsRoot::new(&self.conf.sysfs_root);
-        let Ok((now, _)) = read_vf(&root, &vf.pci_address) else { return };
-        let Some(name) = now.function.netdev else { return };
-        if let Ok(Some(l)) = self.host.get(&name).await
-            && let Err(e) = self.host_restore(l.index, &name, &vf.original).await
-        {
-            eprintln!("weft-cni: VF {}: renaming {name} back to {}: {e}", vf.pci_address, vf.original.host_ifname);
+        if let Err(e) = self.host.rename_back(&self.conf.sysfs_root, &vf.pci_address, &vf.original).await {
+            eprintln!("weft-cni: VF {}: {e}", vf.pci_address);
         }
     }
 
@@ -771,18 +660,4 @@ pub fn status(env: &CniEnv, conf: &NetConf, stdin: &[u8]) -> Result<(), CniError
     let ipam = IpamCtx { conf, env, stdin };
     ipam.status()
         .map_err(|e| if e.code == code::NOT_AVAILABLE { e } else { CniError::new(code::NOT_AVAILABLE, e.to_string()) })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn temporary_names_fit_and_differ_per_vf() {
-        let a = temp_name("0000:3b:00.2");
-        let b = temp_name("0000:3b:00.3");
-        assert_ne!(a, b);
-        assert!(a.len() <= 15 && a.starts_with("wcni"), "{a}");
-        assert_eq!(a, temp_name("0000:3b:00.2"));
-    }
 }

@@ -135,7 +135,8 @@ pub struct PciLock {
     _file: File,
 }
 
-fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
+/// Write `data` to `path` whole or not at all: to a temporary name beside it, synced, renamed.
+pub fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
     let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
     let mut f = File::create(&tmp)?;
     f.write_all(data)?;
