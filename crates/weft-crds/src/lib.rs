@@ -12,8 +12,10 @@
 //! Resources: [`NumaNetwork`] (`docs/numanetwork.md`), with its controller
 //! ([`numanetwork_controller`]).
 
+pub mod network_address;
 pub mod numanetwork;
 pub mod numanetwork_controller;
+pub mod profile_provider;
 
 use std::fmt;
 
@@ -31,7 +33,7 @@ pub const GENERATED_HEADER: &str =
 
 /// The CRDs weft defines, in a fixed order (sorted by CRD name).
 pub fn all() -> Vec<CustomResourceDefinition> {
-    let mut crds = vec![NumaNetwork::crd()];
+    let mut crds = vec![NumaNetwork::crd(), network_address::NetworkAddress::crd()];
     crds.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     crds
 }

@@ -35,7 +35,7 @@ use std::time::Duration;
 use futures::{FutureExt as _, StreamExt as _};
 use k8s_openapi::api::resource::v1::{
     DeviceClaim, DeviceClaimConfiguration, DeviceClass, DeviceRequest, ExactDeviceRequest, OpaqueDeviceConfiguration,
-    ResourceClaimSpec, ResourceClaimTemplate, ResourceClaimTemplateSpec,
+    ResourceClaim, ResourceClaimSpec, ResourceClaimTemplate, ResourceClaimTemplateSpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference, Time};
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
@@ -52,7 +52,8 @@ use serde_json::{Value, json};
 use weft_net::nic_claim::{self, NicConfig};
 
 use crate::NumaNetwork;
-use crate::numanetwork::{NumaNetworkStatus, READY_CONDITION, resource_claim_template_name};
+use crate::network_address::{self, NetworkAddress};
+use crate::numanetwork::{AddressUsage, Cidr, NumaNetworkStatus, READY_CONDITION, resource_claim_template_name};
 use weft_kube::controller::{Context, Reconciler, Scope, Settings};
 use weft_kube::write::{Part, RetryPolicy, update_with_retry};
 
@@ -73,7 +74,7 @@ pub const PROFILE_PREFIX: &str = "weft.io/";
 
 /// Pipeline annotation binding edges to NumaNetworks where the installed Numaflow CRD prunes
 /// `edges[].numaNetwork` (a JSON array of `{from, to, numaNetwork, connectionType}`).
-pub const EDGES_ANNOTATION: &str = "weft.io/numa-network-edges";
+pub const EDGES_ANNOTATION: &str = weft_pipeline::edges::NUMA_NETWORK_EDGES_ANNOTATION;
 
 /// How soon a network whose templates could not be written is looked at again.
 pub const TEMPLATE_RETRY: Duration = Duration::from_secs(10);
@@ -117,6 +118,8 @@ pub struct Readiness {
     pub template: Option<String>,
     /// Namespaces where the template is in place.
     pub namespaces: Vec<String>,
+    /// Addresses of the range held (`None`: not counted, the status keeps what it has).
+    pub addresses: Option<AddressUsage>,
 }
 
 fn same_condition(c: &Condition, type_: &str, v: &Verdict) -> bool {
@@ -140,6 +143,7 @@ pub fn is_current_with(status: Option<&NumaNetworkStatus>, v: &Verdict, r: &Read
         && status.is_some_and(|s| {
             s.resource_claim_template == r.template
                 && s.namespaces == r.namespaces
+                && (r.addresses.is_none() || s.addresses == r.addresses)
                 && s.conditions.iter().any(|c| same_condition(c, READY_CONDITION, &r.condition))
         })
 }
@@ -187,6 +191,10 @@ pub fn record_with(status: &mut NumaNetworkStatus, v: &Verdict, r: &Readiness, n
     }
     if status.namespaces != r.namespaces {
         status.namespaces.clone_from(&r.namespaces);
+        changed = true;
+    }
+    if r.addresses.is_some() && status.addresses != r.addresses {
+        status.addresses.clone_from(&r.addresses);
         changed = true;
     }
     changed |= set_condition(&mut status.conditions, READY_CONDITION, &r.condition, now);
@@ -333,26 +341,9 @@ pub fn network_label_value(network: &str) -> Option<String> {
 }
 
 /// The NumaNetworks a Pipeline's edges name: `spec.edges[].numaNetwork.name` and the entries of
-/// the [`EDGES_ANNOTATION`] annotation (malformed JSON there names nothing; the Pipeline webhook
-/// rejects it).
+/// the [`EDGES_ANNOTATION`] annotation (read as the Pipeline webhook reads them).
 pub fn pipeline_networks(pipeline: &Value) -> BTreeSet<String> {
-    let mut names = BTreeSet::new();
-    for edge in pipeline.pointer("/spec/edges").and_then(Value::as_array).into_iter().flatten() {
-        if let Some(name) = edge.pointer("/numaNetwork/name").and_then(Value::as_str) {
-            names.insert(name.to_string());
-        }
-    }
-    let annotation = pipeline.pointer("/metadata/annotations").and_then(|a| a.get(EDGES_ANNOTATION));
-    if let Some(text) = annotation.and_then(Value::as_str)
-        && let Ok(Value::Array(entries)) = serde_json::from_str::<Value>(text)
-    {
-        for e in entries {
-            if let Some(name) = e.get("numaNetwork").and_then(Value::as_str) {
-                names.insert(name.to_string());
-            }
-        }
-    }
-    names
+    weft_pipeline::edges::referenced_networks(pipeline).into_iter().collect()
 }
 
 /// The namespaces of the pipelines that name `network`.
@@ -424,6 +415,7 @@ impl NumaNetworkReconciler {
             condition: Verdict { status: "False", reason, message, generation },
             template: Some(template_name.clone()),
             namespaces,
+            addresses: None,
         };
         // The Pipeline list not read yet: no namespaces are known.
         self.pipelines.wait_until_ready().now_or_never()?.ok()?;
@@ -483,6 +475,7 @@ impl NumaNetworkReconciler {
                     condition: Verdict { status: "True", reason: "TemplatesReady", message, generation },
                     template: Some(template_name),
                     namespaces,
+                    addresses: None,
                 })
             }
             Err((e, present)) => Some(not_ready("TemplateFailed", e.to_string(), present.into_iter().collect())),
@@ -571,6 +564,75 @@ impl NumaNetworkReconciler {
     }
 }
 
+impl NumaNetworkReconciler {
+    /// Count the network's NetworkAddresses, deleting those whose claim is gone first (a driver
+    /// or profile provider that never released them); `None` when they cannot be read.
+    async fn account_addresses(&self, nn: &NumaNetwork, ctx: &Context) -> Option<AddressUsage> {
+        let name = nn.name_any();
+        let range = Cidr::parse(&nn.spec.ref_resource_claim_dranet.ip_range).ok()?;
+        let size = network_address::usable_addresses(&range);
+        let addresses: Api<NetworkAddress> = Api::all(ctx.client.clone());
+        let by_network = ListParams::default().labels(&format!("{}={name}", network_address::NETWORK_LABEL));
+        // Addresses first, then claims: a claim an address was made for existed before it.
+        let held = match addresses.list(&by_network).await {
+            Ok(l) => l.items,
+            Err(e) => {
+                tracing::warn!(network = %name, error = %e, "listing NetworkAddresses");
+                return None;
+            }
+        };
+        let labelled_claims: Option<BTreeSet<String>> = if held.iter().any(|a| a.spec.claim.name.is_empty()) {
+            let claims: Api<ResourceClaim> = Api::all(ctx.client.clone());
+            let selector = network_label_value(&name).map(|v| format!("{NETWORK_LABEL}={v}")).unwrap_or_default();
+            match claims.list_metadata(&ListParams::default().labels(&selector)).await {
+                Ok(l) => Some(l.items.into_iter().filter_map(|c| c.metadata.uid).collect()),
+                Err(e) => {
+                    tracing::warn!(network = %name, error = %e, "listing ResourceClaims");
+                    return None;
+                }
+            }
+        } else {
+            None
+        };
+        let mut allocated: u128 = 0;
+        for a in &held {
+            let claim = &a.spec.claim;
+            let gone = if claim.name.is_empty() {
+                labelled_claims.as_ref().is_some_and(|uids| !uids.contains(&claim.uid))
+            } else {
+                let claims: Api<ResourceClaim> = Api::namespaced(ctx.client.clone(), &claim.namespace);
+                match claims.get_metadata_opt(&claim.name).await {
+                    Ok(Some(c)) => c.metadata.uid.as_deref() != Some(claim.uid.as_str()),
+                    Ok(None) => true,
+                    Err(e) => {
+                        tracing::warn!(network = %name, error = %e, "reading ResourceClaim {}/{}", claim.namespace, claim.name);
+                        false
+                    }
+                }
+            };
+            let object = a.name_any();
+            if gone {
+                let uid = a.metadata.uid.clone();
+                let params = DeleteParams {
+                    preconditions: uid.map(|uid| kube::api::Preconditions { uid: Some(uid), resource_version: None }),
+                    ..DeleteParams::default()
+                };
+                match addresses.delete(&object, &params).await {
+                    Ok(_) => {
+                        tracing::info!(network = %name, address = %a.spec.address, claim = %claim.uid, "collected an address whose claim is gone");
+                        continue;
+                    }
+                    Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => continue,
+                    Err(e) => tracing::warn!(network = %name, error = %e, "deleting NetworkAddress {object}"),
+                }
+            }
+            allocated += 1;
+        }
+        let clamp = |n: u128| i64::try_from(n).unwrap_or(i64::MAX);
+        Some(AddressUsage { allocated: clamp(allocated), size: clamp(size), usage: format!("{allocated}/{size}") })
+    }
+}
+
 impl Reconciler<NumaNetwork> for NumaNetworkReconciler {
     type Error = kube::Error;
 
@@ -586,6 +648,7 @@ impl Reconciler<NumaNetwork> for NumaNetworkReconciler {
                 },
                 template: Some(resource_claim_template_name(&nn.name_any())),
                 namespaces: nn.status.as_ref().map(|s| s.namespaces.clone()).unwrap_or_default(),
+                addresses: None,
             })
         } else {
             Readiness {
@@ -597,8 +660,13 @@ impl Reconciler<NumaNetwork> for NumaNetworkReconciler {
                 },
                 template: None,
                 namespaces: nn.status.as_ref().map(|s| s.namespaces.clone()).unwrap_or_default(),
+                addresses: None,
             }
         };
+        let mut readiness = readiness;
+        if v.status == "True" {
+            readiness.addresses = self.account_addresses(&nn, ctx).await;
+        }
         // Waiting for the Pipeline list needs no requeue: reading it reconciles every network.
         let next = if readiness.condition.reason == "TemplateFailed" {
             Action::requeue(TEMPLATE_RETRY)
@@ -639,6 +707,22 @@ impl Reconciler<NumaNetwork> for NumaNetworkReconciler {
     }
 }
 
+/// `stream` without its errors, each logged: an error in a side stream (the Pipeline API not
+/// served while Numaflow is not installed) would otherwise put every trigger of the controller,
+/// the networks' own included, into kube-runtime's trigger backoff. The watcher behind `stream`
+/// paces its own retries (`default_backoff`).
+fn quiet<T: Send + 'static, E: std::fmt::Display + Send + 'static>(
+    what: &'static str,
+    stream: impl futures::Stream<Item = Result<T, E>> + Send + 'static,
+) -> impl futures::Stream<Item = Result<T, E>> + Send + 'static {
+    stream.filter(move |r| {
+        if let Err(e) = r {
+            tracing::debug!(controller = NAME, watch = what, error = %e, "watch failed; retrying");
+        }
+        std::future::ready(r.is_ok())
+    })
+}
+
 /// Run the controller over every NumaNetwork until `shutdown` completes. Pipelines (every
 /// namespace) are watched into a cache and trigger the networks they name; the templates the
 /// controller made trigger their network.
@@ -649,27 +733,54 @@ pub async fn run(ctx: Context, settings: Settings, shutdown: impl Future<Output 
     let writer = reflector::store::Writer::<DynamicObject>::new(resource.clone());
     let pipelines = writer.as_reader();
     let pipeline_api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-    let pipeline_stream =
-        watcher(pipeline_api, watcher::Config::default()).default_backoff().reflect(writer).touched_objects();
+    let pipeline_stream = quiet(
+        "pipelines",
+        watcher(pipeline_api, watcher::Config::default()).default_backoff().reflect(writer).touched_objects(),
+    );
     let templates: Api<ResourceClaimTemplate> = Api::all(client.clone());
-    let template_stream =
-        watcher(templates, watcher::Config::default().labels(NETWORK_LABEL)).default_backoff().touched_objects();
+    let template_stream = quiet(
+        "resourceclaimtemplates",
+        watcher(templates, watcher::Config::default().labels(NETWORK_LABEL)).default_backoff().touched_objects(),
+    );
     // Once the Pipeline list has been read, every network is looked at again (those no pipeline
     // names included: they were waiting for the list).
     let listed = pipelines.clone();
     let pipelines_read =
         futures::stream::once(async move { listed.wait_until_ready().await.ok() }).filter_map(|r| async move { r });
-    let configure = move |c: Controller<NumaNetwork>| {
-        c.reconcile_all_on(pipelines_read).owns_stream(template_stream).watches_stream_with(
-            pipeline_stream.boxed(),
-            |p: DynamicObject| {
-                pipeline_networks(&pipeline_value(&p))
-                    .into_iter()
-                    .map(|n| ObjectRef::<NumaNetwork>::new(&n))
-                    .collect::<Vec<_>>()
-            },
-            resource,
+    // A network's addresses (allocated, released) and the claims made from its templates (a
+    // deleted claim may leave an address to collect) trigger the network.
+    let address_stream = quiet(
+        "networkaddresses",
+        watcher(Api::<NetworkAddress>::all(client.clone()), watcher::Config::default())
+            .default_backoff()
+            .touched_objects(),
+    );
+    let claim_stream = quiet(
+        "resourceclaims",
+        watcher(
+            Api::<kube::core::PartialObjectMeta<ResourceClaim>>::all(client.clone()),
+            watcher::Config::default().labels(NETWORK_LABEL),
         )
+        .default_backoff()
+        .touched_objects(),
+    );
+    let configure = move |c: Controller<NumaNetwork>| {
+        c.reconcile_all_on(pipelines_read)
+            .watches_stream(address_stream, |a: NetworkAddress| Some(ObjectRef::<NumaNetwork>::new(&a.spec.network)))
+            .watches_stream(claim_stream, |c: kube::core::PartialObjectMeta<ResourceClaim>| {
+                c.metadata.labels.as_ref().and_then(|l| l.get(NETWORK_LABEL)).map(|n| ObjectRef::<NumaNetwork>::new(n))
+            })
+            .owns_stream(template_stream)
+            .watches_stream_with(
+                pipeline_stream.boxed(),
+                |p: DynamicObject| {
+                    pipeline_networks(&pipeline_value(&p))
+                        .into_iter()
+                        .map(|n| ObjectRef::<NumaNetwork>::new(&n))
+                        .collect::<Vec<_>>()
+                },
+                resource,
+            )
     };
     weft_kube::controller::run_with(
         api,
@@ -829,6 +940,7 @@ mod tests {
             condition: Verdict { status: "True", reason: "TemplatesReady", message: "m".into(), generation: Some(1) },
             template: Some("net-a-rct".into()),
             namespaces: vec!["video".into()],
+            addresses: None,
         };
         let mut status = NumaNetworkStatus::default();
         assert!(record_with(&mut status, &v, &r, at(1)));

@@ -565,3 +565,64 @@ async fn numanetwork_templates_follow_the_pipelines_that_use_the_network() {
     running.stop().await;
     common::rbac::assert_granted(&server.requests(), &["base/controller/rbac.yaml"]);
 }
+
+fn address(network: &str, ip: &str, claim_ns: &str, claim: &str, uid: &str) -> Value {
+    json!({
+        "apiVersion": "weft.io/v1alpha1", "kind": "NetworkAddress",
+        "metadata": {"name": format!("{network}.{}", ip.replace('.', "-")),
+                     "labels": {"weft.io/network": network, "weft.io/claim-uid": uid}},
+        "spec": {"network": network, "address": ip, "node": "n1",
+                 "claim": {"namespace": claim_ns, "name": claim, "uid": uid}}
+    })
+}
+
+#[tokio::test]
+async fn numanetwork_status_counts_addresses_and_collects_those_whose_claim_is_gone() {
+    let server = FakeApiServer::start().await;
+    let client = server.client();
+    install_crds(&client).await;
+    install_pipeline_crd(&client).await;
+    server.clear_requests();
+    server
+        .insert(json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                       "metadata": {"name": "pod-a-nic", "namespace": "video", "uid": "claim-a"}, "spec": {}}))
+        .unwrap();
+    server
+        .insert(json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                       "metadata": {"name": "dranet-claim", "namespace": "video", "uid": "claim-d",
+                                    "labels": {"weft.io/numa-network": "net-a"}}, "spec": {}}))
+        .unwrap();
+    // Held by a live claim; by a claim that is gone; by a claim of the same name but another UID;
+    // by a live claim known only by UID (dranet's profile provider); and by a gone one of those.
+    server.insert(address("net-a", "192.168.10.1", "video", "pod-a-nic", "claim-a")).unwrap();
+    server.insert(address("net-a", "192.168.10.2", "video", "pod-b-nic", "claim-b")).unwrap();
+    server.insert(address("net-a", "192.168.10.3", "video", "pod-a-nic", "claim-old")).unwrap();
+    server.insert(address("net-a", "192.168.10.4", "", "", "claim-d")).unwrap();
+    server.insert(address("net-a", "192.168.10.5", "", "", "claim-e")).unwrap();
+    let nets: Api<NumaNetwork> = Api::all(client.clone());
+    nets.create(&PostParams::default(), &network("net-a", "192.168.10.0/24")).await.unwrap();
+    server.clear_requests();
+    let running = start_numanetwork(client.clone());
+    let v = guard(
+        "address usage",
+        server.wait_for_object("numanetworks", None, "net-a", |v| !v["status"]["addresses"].is_null()),
+    )
+    .await;
+    assert_eq!(v["status"]["addresses"], json!({"allocated": 2, "size": 254, "usage": "2/254"}));
+    let left: Vec<String> = server
+        .list("networkaddresses", None)
+        .iter()
+        .map(|a| a["spec"]["address"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(left, ["192.168.10.1", "192.168.10.4"]);
+
+    // A new address is counted.
+    server.insert(address("net-a", "192.168.10.9", "video", "pod-a-nic", "claim-a")).unwrap();
+    guard(
+        "usage 3",
+        server.wait_for_object("numanetworks", None, "net-a", |v| v["status"]["addresses"]["allocated"] == 3),
+    )
+    .await;
+    running.stop().await;
+    common::rbac::assert_granted(&server.requests(), &["base/controller/rbac.yaml"]);
+}
