@@ -23,6 +23,12 @@
 //! kubelet takes sorted order. The assignments survive [`TestKubelet::restart`], as the kubelet's
 //! checkpoint makes them, and are served by the PodResources API (`List`) when the kubelet is
 //! started with a PodResources socket ([`TestKubelet::start_with_pod_resources`]).
+//!
+//! `dra` (feature `dra`) plays the kubelet's DRA side: plugin registration,
+//! NodePrepareResources and NodeUnprepareResources as the DRA manager calls them.
+
+#[cfg(feature = "dra")]
+pub mod dra;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -46,6 +46,12 @@ pub struct PreparedNic {
     pub interface_name: Option<String>,
     /// MTU asked for; `None`: the VF's own.
     pub mtu: Option<u32>,
+    /// Whether the VF is among the free VFs nearest the GPUs weft's scheduler decision gave the
+    /// pod (`weft.io/gpu-decision`); `None` when the pod has no decision for this node (or the
+    /// node's topology is unknown). The driver never swaps the scheduler's VF for a nearer one:
+    /// this only reports how well the two decisions agree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aligned: Option<bool>,
 }
 
 /// The prepared NICs of a pod, by pod UID: what the NRI hooks read.

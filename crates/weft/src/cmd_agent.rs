@@ -5,7 +5,10 @@
 //!   writing cgroup files (crate `weft-agent`);
 //! - weft's GPU device plugin (`--gpu-plugin`, off by default): serve the node's GPUs to the
 //!   kubelet, answer each pod's recorded GPU decision, and write back what each pod really got
-//!   (crate `weft-gpu-plugin`).
+//!   (crate `weft-gpu-plugin`);
+//! - weft's NIC DRA driver (`--nic-dra`, off by default): the VFs of the node's physnets as
+//!   ResourceSlices of driver `nic.weft.io`, NodePrepareResources with cluster-wide IPAM and VLAN
+//!   (crate `weft-nic-dra`, docs/nic-dra.md).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -29,6 +32,7 @@ use weft_gpu_plugin::writeback::KubeAnnotator;
 use weft_gpu_plugin::{DeviceListStrategy, GpuInventory, GpuPlugin, GpuPluginConfig};
 use weft_kube::write::RetryPolicy;
 use weft_net::config::PhysnetConfig;
+use weft_nic_dra::{Checkpoint as NicCheckpoint, NicDriver, NicInventory, PfVlan, ServeOptions as NicServeOptions};
 use weft_nri::plugin::PluginOptions;
 use weft_record::node_agent::{Discover, PublisherConfig, PublisherMetrics, keep_topology_published};
 use weft_sriov_plugin::vifs::KubeVifWriter;
@@ -91,6 +95,8 @@ pub struct AgentArgs {
     gpu: GpuPluginArgs,
     #[command(flatten)]
     sriov: SriovArgs,
+    #[command(flatten)]
+    nic_dra: NicDraArgs,
     #[command(flatten)]
     kube: KubeArgs,
     #[command(flatten)]
@@ -172,6 +178,60 @@ impl SriovArgs {
         };
         Ok(Some(cfg))
     }
+}
+
+/// weft's NIC DRA driver (docs/nic-dra.md): the VFs of the node's physnets as DRA devices.
+#[derive(Args, Debug)]
+pub struct NicDraArgs {
+    /// Run weft's NIC DRA driver (`nic.weft.io`): publish the VFs of the physnets
+    /// (--physnet-config or --physical-device-mappings) as ResourceSlices and prepare the claims
+    /// the scheduler allocates from them (address from the claim's NumaNetwork range, VLAN through
+    /// the PF).
+    #[arg(long)]
+    nic_dra: bool,
+    /// Offer only this physnet's VFs through the NIC DRA driver (repeatable; default: every
+    /// physnet). A physnet must not be offered by --sriov-plugin too: both would hand out its VFs.
+    #[arg(long = "nic-dra-physnet", value_name = "PHYSNET")]
+    nic_dra_physnets: Vec<String>,
+    /// The kubelet's plugins directory; the DRA socket is `<DIR>/nic.weft.io/dra.sock`.
+    #[arg(long, default_value = weft_nic_dra::server::DEFAULT_PLUGINS_DIR, value_name = "DIR")]
+    kubelet_plugins_dir: PathBuf,
+    /// The kubelet's plugin registration directory (its plugin watcher's); the registration
+    /// socket is `<DIR>/nic.weft.io-reg.sock`.
+    #[arg(long, default_value = weft_nic_dra::server::DEFAULT_REGISTRY_DIR, value_name = "DIR")]
+    kubelet_registry_dir: PathBuf,
+    /// The NIC DRA driver's checkpoint of prepared claims (its directory is created).
+    #[arg(long, default_value = "/var/lib/weft/nic-dra-checkpoint.json", value_name = "FILE")]
+    nic_dra_checkpoint: PathBuf,
+}
+
+/// The NIC DRA driver's inventory: the VFs of the physnets it offers on this node.
+fn nic_dra_inventory(a: &AgentArgs, physnets: &PhysnetConfig) -> anyhow::Result<NicInventory> {
+    let wanted = &a.nic_dra.nic_dra_physnets;
+    for p in wanted {
+        if physnets.physnet(p).is_none() {
+            anyhow::bail!("--nic-dra-physnet {p}: no such physnet in the physnet configuration");
+        }
+    }
+    let root = SysfsRoot::new(a.discover.root());
+    let mut notes = Vec::new();
+    let inventory = read_sriov(&root, &mut notes);
+    let mut assigned = physnets.assign(&inventory, &mut notes);
+    assigned.retain(|physnet, _| wanted.is_empty() || wanted.contains(physnet));
+    if a.sriov.sriov_plugin {
+        let shared: Vec<&String> = assigned.iter().filter(|(_, vfs)| !vfs.is_empty()).map(|(p, _)| p).collect();
+        if !shared.is_empty() {
+            anyhow::bail!(
+                "--sriov-plugin and --nic-dra would both hand out the VFs of physnet(s) {}: give --nic-dra-physnet for the physnets the DRA driver offers and leave them out of the device plugin's configuration",
+                shared.iter().map(|p| p.as_str()).collect::<Vec<_>>().join(", ")
+            );
+        }
+    }
+    let nics = NicInventory::from_physnets(&assigned, &mut notes);
+    for note in &notes {
+        tracing::info!(note = %note, "NIC DRA driver discovery");
+    }
+    Ok(nics)
 }
 
 /// One VF plugin per physnet with VFs on this node, choosing near the GPUs of `topology`.
@@ -398,12 +458,22 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     if a.interval == 0 {
         anyhow::bail!("--interval must be at least 1 second");
     }
-    if !a.publish_topology && a.orm.mode == ModeArg::Off && !a.gpu.gpu_plugin && !a.sriov.sriov_plugin {
-        anyhow::bail!("nothing to do: --publish-topology=false, --mode off, no --gpu-plugin and no --sriov-plugin");
+    if !a.publish_topology
+        && a.orm.mode == ModeArg::Off
+        && !a.gpu.gpu_plugin
+        && !a.sriov.sriov_plugin
+        && !a.nic_dra.nic_dra
+    {
+        anyhow::bail!(
+            "nothing to do: --publish-topology=false, --mode off, no --gpu-plugin, no --sriov-plugin and no --nic-dra"
+        );
     }
     let physnets = a.sriov.physnets()?;
     if a.sriov.sriov_plugin && physnets.is_none() {
         anyhow::bail!("--sriov-plugin needs the physnets: --physnet-config or --physical-device-mappings");
+    }
+    if a.nic_dra.nic_dra && physnets.is_none() {
+        anyhow::bail!("--nic-dra needs the physnets: --physnet-config or --physical-device-mappings");
     }
     let discover: Discover = match a.topology.clone() {
         Some(path) => Arc::new(move || read_node_file(&path).map_err(|e| e.to_string())),
@@ -424,7 +494,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     };
     // One discovery at start (cached on disk): the resource manager's GPU NUMA map and the GPU
     // plugin's devices.
-    let topology = if a.orm.mode == ModeArg::Off && !a.gpu.gpu_plugin && !a.sriov.sriov_plugin {
+    let topology = if a.orm.mode == ModeArg::Off && !a.gpu.gpu_plugin && !a.sriov.sriov_plugin && !a.nic_dra.nic_dra {
         None
     } else {
         match discover() {
@@ -444,6 +514,12 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
         (Some(p), true) => sriov_plugins(&a, p, topology.as_ref())?,
         _ => Vec::new(),
     };
+    let nic_dra = match (&physnets, a.nic_dra.nic_dra) {
+        (Some(p), true) => Some(nic_dra_inventory(&a, p)?),
+        _ => None,
+    };
+    // The NIC DRA driver judges how near its VFs sit to each pod's GPUs on the same topology.
+    let nic_dra_topology = if nic_dra.is_some() { topology.clone() } else { None };
     let service = if a.orm.mode == ModeArg::Off { None } else { Some(service_config(&a, topology)?) };
     component::run("agent", &a.ops, |c| async move {
         let metrics = c.ops.register_metrics(PublisherMetrics::register);
@@ -521,6 +597,81 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
             tasks.push(tokio::spawn(
                 weft_sriov_plugin::writeback::run(plugins, annotator, period, c.shutdown.clone()).map(Ok),
             ));
+        }
+        if let Some(inventory) = nic_dra {
+            let client = a.kube.client().await?;
+            let n = &a.nic_dra;
+            if let Some(dir) = n.nic_dra_checkpoint.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            }
+            let checkpoint =
+                Arc::new(NicCheckpoint::open(&n.nic_dra_checkpoint).context("the NIC DRA driver's checkpoint")?);
+            let vlan =
+                Arc::new(PfVlan::new(Arc::new(weft_cni::NetlinkPfControl)).context("netlink for the VFs' VLANs")?);
+            let devices = inventory.api_devices();
+            // Addresses are allocated from a watch of the NetworkAddresses, not a LIST per prepare.
+            let (addresses, watch_addresses) = weft_nic_dra::driver::address_cache(client.clone());
+            let driver = Arc::new(
+                NicDriver::new(&a.node, client.clone(), inventory, nic_dra_topology, vlan, checkpoint)
+                    .with_address_cache(addresses),
+            );
+            let sd = c.shutdown.clone();
+            tasks.push(tokio::spawn(async move {
+                tokio::select! {
+                    () = watch_addresses => {}
+                    () = sd.cancelled() => {}
+                }
+                Ok(())
+            }));
+            // The NRI half (weft_nic_dra::attach): its own NRI plugin (weft-nic, index 20, after
+            // weft's resource manager at 10, so a pod whose CPUs are refused never gets a VF
+            // moved) reads the prepared NICs by pod from the driver's checkpoint and moves each VF
+            // into the pod at RunPodSandbox, then writes networkData on the claim.
+            let pod_nics: Arc<dyn weft_nic_dra::prepared::PodNics> = driver.pod_nics();
+            let attacher = Arc::new(weft_nic_dra::attach::NicAttacher::new(
+                pod_nics,
+                Arc::new(weft_nic_dra::status::KubeClaimStatus::new(client.clone())),
+                weft_nic_dra::attach::AttachConfig::default(),
+            ));
+            // Always an external plugin on the runtime's socket: a socket the runtime passed
+            // (NRI_PLUGIN_SOCKET) belongs to the resource manager's plugin.
+            let mut nri_options =
+                PluginOptions::new(weft_nic_dra::attach::PLUGIN_NAME, weft_nic_dra::attach::PLUGIN_INDEX);
+            nri_options.socket = weft_nri::plugin::SocketSource::Path(a.orm.nri_socket.clone());
+            nri_options.validate()?;
+            let sd = c.shutdown.clone();
+            tasks.push(tokio::spawn(async move {
+                weft_nri::plugin::run(nri_options, attacher, weft_nri::plugin::RuntimeHandle::new(), sd)
+                    .await
+                    .context("the NIC DRA driver's NRI plugin")
+            }));
+            let options = NicServeOptions {
+                plugins_dir: n.kubelet_plugins_dir.clone(),
+                registry_dir: n.kubelet_registry_dir.clone(),
+            };
+            let serving =
+                weft_nic_dra::start(driver.clone(), &options, c.shutdown.clone()).context("NIC DRA driver")?;
+            let registration = serving.registration();
+            c.ops.add_readiness_check("NIC DRA driver registered", move || {
+                registration.borrow().as_ref().is_some_and(|s| s.plugin_registered)
+            });
+            note(format_args!(
+                "weft agent on node {}: NIC DRA driver {} ({} VFs) on {}, registration {}",
+                a.node,
+                weft_net::nic_claim::DRIVER,
+                devices.len(),
+                options.dra_socket().display(),
+                options.registration_socket().display()
+            ));
+            tasks.push(tokio::spawn(
+                weft_nic_dra::slices::keep_published(client, a.node.clone(), devices, c.shutdown.clone()).map(Ok),
+            ));
+            let sd = c.shutdown.clone();
+            tasks.push(tokio::spawn(async move {
+                let r = serving.wait().await.context("NIC DRA driver");
+                sd.cancel();
+                r
+            }));
         }
         if a.publish_topology {
             let client = a.kube.client().await?;

@@ -171,9 +171,10 @@ pub fn run(a: ControllerArgs) -> anyhow::Result<()> {
             let dns = async {
                 if run_dns {
                     let stop = stop.clone();
-                    if let Err(e) =
-                        weft_dns::run(ctx.clone(), dns_controller_settings, dns_settings, async move { stop.cancelled().await })
-                            .await
+                    if let Err(e) = weft_dns::run(ctx.clone(), dns_controller_settings, dns_settings, async move {
+                        stop.cancelled().await
+                    })
+                    .await
                     {
                         tracing::error!(error = %e, "DNS registrar could not start");
                     }

@@ -1,0 +1,113 @@
+//! `weft agent --nic-dra` as the DaemonSet runs it, against the fake API server and the test
+//! kubelet: the VFs of its physnets published as ResourceSlices, the two sockets served, the
+//! registration accepted, a claim's prepare reaching the PF (this machine has none, so the claim's
+//! error names it), and an orderly stop that removes the sockets.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::CustomResourceExt;
+use serde_json::json;
+use weft_crds::network_address::NetworkAddress;
+use weft_fakeapi::FakeApiServer;
+use weft_kubelet_harness::dra::DraKubelet;
+use weft_topology::discover::FakeSriovTree;
+
+/// Longest a step may take (a hang guard, not a measurement).
+const HANG_GUARD: Duration = Duration::from_secs(60);
+
+fn wait_exit(mut child: Child) -> Option<ExitStatus> {
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+    match rx.recv_timeout(HANG_GUARD) {
+        Ok(status) => Some(status.unwrap()),
+        Err(_) => {
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+            None
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_publishes_its_vfs_registers_and_prepares_claims() {
+    let api = FakeApiServer::start().await;
+    api.insert_typed(&NetworkAddress::crd()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig).unwrap();
+    let sysfs = dir.path().join("host");
+    let tree = FakeSriovTree::new(&sysfs);
+    tree.pf("0000:3b:00.0", &["0000:3a:00.0"], "wnd9pf0", 0).link("wnd9pf0", "up", 25_000);
+    for i in 0..3 {
+        tree.vf("0000:3b:00.0", i, &format!("0000:3b:00.{}", i + 2), None);
+    }
+    let topology = dir.path().join("node.yaml");
+    std::fs::write(&topology, "apiVersion: weft.io/v1alpha1\nkind: NodeTopology\ngpus: []\n").unwrap();
+    let (plugins, registry) = (dir.path().join("plugins"), dir.path().join("plugins_registry"));
+    let child = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["agent", "--node=n1", "--mode=off", "--publish-topology=false", "--ops-listen=127.0.0.1:0", "--nic-dra"])
+        .arg(format!("--topology={}", topology.display()))
+        .arg(format!("--root={}", sysfs.display()))
+        .arg("--physical-device-mappings=fabric:wnd9pf0#0-1")
+        .arg(format!("--kubelet-plugins-dir={}", plugins.display()))
+        .arg(format!("--kubelet-registry-dir={}", registry.display()))
+        .arg(format!("--nic-dra-checkpoint={}", dir.path().join("state/nic-dra.json").display()))
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+
+    let slices = |a: &FakeApiServer| a.list("resourceslices", None);
+    tokio::time::timeout(HANG_GUARD, api.wait_for(|a| !slices(a).is_empty())).await.expect("the VFs are published");
+    let slice = &slices(&api)[0];
+    assert_eq!(slice["spec"]["driver"], "nic.weft.io");
+    assert_eq!(slice["spec"]["nodeName"], "n1");
+    assert_eq!(slice["spec"]["pool"]["name"], "n1");
+    let names: Vec<&str> =
+        slice["spec"]["devices"].as_array().unwrap().iter().map(|d| d["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["vf-0000-3b-00-2", "vf-0000-3b-00-3"], "the VFs of physnet fabric");
+
+    // The sockets are served before the slices are published.
+    let kubelet = DraKubelet::new(api.client());
+    let info = tokio::time::timeout(HANG_GUARD, kubelet.register(&registry.join("nic.weft.io-reg.sock")))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(info.endpoint, plugins.join("nic.weft.io/dra.sock").display().to_string());
+
+    // A claim reaches the PF, which this machine does not have: the claim's error names it.
+    let config = json!({"apiVersion": "nic.weft.io/v1alpha1", "kind": "NicConfig", "network": "net-a", "ipRange": "10.0.0.0/24"});
+    api.insert(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "c1", "namespace": "default", "uid": "claim-1"},
+        "spec": {"devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": "nic.weft.io"}}]}},
+        "status": {
+            "allocation": {"devices": {
+                "results": [{"request": "nic", "driver": "nic.weft.io", "pool": "n1", "device": "vf-0000-3b-00-3"}],
+                "config": [{"source": "FromClass", "opaque": {"driver": "nic.weft.io", "parameters": config}}]}},
+            "reservedFor": [{"resource": "pods", "name": "p1", "uid": "pod-1"}]
+        }
+    }))
+    .unwrap();
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "p1", "namespace": "default", "uid": "pod-1"},
+        "spec": {"containers": [{"name": "c", "image": "x"}], "resourceClaims": [{"name": "nic", "resourceClaimName": "c1"}]}
+    }))
+    .unwrap();
+    let e = tokio::time::timeout(HANG_GUARD, kubelet.prepare(&pod)).await.unwrap().unwrap_err();
+    assert!(e.contains("NodePrepareResources failed for ResourceClaim c1"), "{e}");
+    assert!(e.contains("VF 1 (0000:3b:00.3) on PF wnd9pf0") && e.contains("wnd9pf0"), "{e}");
+    assert!(api.list("networkaddresses.weft.io", None).is_empty(), "no address before the VF is known");
+
+    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    assert!(wait_exit(child).is_some_and(|s| s.success()), "the agent stops on SIGTERM");
+    assert!(!registry.join("nic.weft.io-reg.sock").exists() && !plugins.join("nic.weft.io/dra.sock").exists());
+}
