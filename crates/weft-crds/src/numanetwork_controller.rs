@@ -685,8 +685,11 @@ impl Reconciler<NumaNetwork> for NumaNetworkReconciler {
                 let v = verdict(fresh);
                 let mut r = readiness.clone();
                 if v.status == "False" {
+                    // The copy just read is invalid though the one judged was not: Ready says so
+                    // (the next reconcile, triggered by this write, looks at it whole).
                     r.condition.reason = "InvalidSpec";
                     r.condition.status = "False";
+                    r.condition.message = "the spec is not accepted; see the Accepted condition".into();
                     r.template = None;
                 }
                 r.condition.generation = v.generation;
