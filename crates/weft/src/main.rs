@@ -65,11 +65,13 @@ enum Command {
     /// /healthz, /readyz and /metrics on --ops-listen.
     Agent(Box<cmd_agent::AgentArgs>),
     /// The cluster controllers (Deployment): the NumaNetwork controller, which validates each
-    /// NumaNetwork and records the verdict in its status, and the job controller, which keeps the
-    /// job-level objects of weft's plugins on Volcano Jobs (annotation `weft.io/job-plugins`: hosts
-    /// and hostfile ConfigMaps, the ssh Secret, Services, NetworkPolicies) in line with each job
-    /// and deletes them when it ends. --controllers picks which run. With --leader-elect only the
-    /// replica holding the Lease acts. Serves /healthz, /readyz and /metrics on --ops-listen.
+    /// NumaNetwork, makes its ResourceClaimTemplates where pipelines use it and accounts its
+    /// addresses (docs/numanetwork.md); the job controller, which keeps the job-level objects of
+    /// weft's plugins on Volcano Jobs (annotation `weft.io/job-plugins`: hosts and hostfile
+    /// ConfigMaps, the ssh Secret, Services, NetworkPolicies) in line with each job and deletes them
+    /// when it ends; and, when asked, the DNS registrar (docs/dns.md). --controllers picks which
+    /// run. With --leader-elect only the replica holding the Lease acts. Serves /healthz, /readyz
+    /// and /metrics on --ops-listen; --dranet-profile-provider also serves dranet's profile provider.
     Controller(cmd_controller::ControllerArgs),
     /// Print weft's CustomResourceDefinitions (NumaNetwork), generated from its Rust types, or
     /// write or check a committed copy (`weft crds --check deploy/base/crds/<name>.yaml`).
