@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod controller;
+pub mod netns;
 pub mod rbac;
 
 use k8s_openapi::api::core::v1::{Node, Pod};

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde_json::{Value, json};
@@ -17,40 +17,11 @@ use weft_topology::discover::FakeSriovTree;
 pub const BIN: &str = env!("CARGO_BIN_EXE_weft-cni");
 /// Where Debian's containernetworking-plugins put the plugins.
 pub const CNI_BIN_DIR: &str = "/usr/lib/cni";
-static COUNTER: AtomicU32 = AtomicU32::new(0);
 static BUS: AtomicU32 = AtomicU32::new(0);
 
-/// A name unique to this process and call: `<prefix><pid><n>`, at most 15 characters.
-pub fn unique(prefix: &str) -> String {
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let name = format!("{prefix}{}{n}", std::process::id() % 100_000);
-    assert!(name.len() <= 15, "{name} is too long for an interface name");
-    name
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
-        .unwrap_or(false)
-}
-
-fn have(cmd: &str) -> bool {
-    Command::new(cmd).arg("-V").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok()
-}
-
-/// Whether the test can make namespaces and links (root, `ip`); prints why not.
-pub fn can_netns(test: &str) -> bool {
-    if !is_root() {
-        eprintln!("skipping {test}: needs root to create network namespaces and veth pairs");
-        return false;
-    }
-    if !have("ip") {
-        eprintln!("skipping {test}: needs iproute2's ip");
-        return false;
-    }
-    true
-}
+// Each test binary uses a different part of the shared netns support.
+#[allow(unused_imports)]
+pub use weft_testkit::netns::{NetnsGuard, VethGuard, can_netns, have, ip, ip_ok, unique};
 
 /// [`can_netns`] and Debian's host-local IPAM plugin.
 pub fn can_host_local(test: &str) -> bool {
@@ -62,73 +33,6 @@ pub fn can_host_local(test: &str) -> bool {
         return false;
     }
     true
-}
-
-fn ip(args: &[&str]) -> Output {
-    Command::new("ip").args(args).output().expect("running ip")
-}
-
-fn ip_ok(args: &[&str]) {
-    let out = ip(args);
-    assert!(out.status.success(), "ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
-}
-
-/// A network namespace, deleted on drop.
-pub struct NetnsGuard {
-    /// Its name.
-    pub name: String,
-}
-
-impl NetnsGuard {
-    /// A new namespace.
-    pub fn new() -> NetnsGuard {
-        let name = unique("wcn");
-        ip_ok(&["netns", "add", &name]);
-        NetnsGuard { name }
-    }
-
-    /// Its path.
-    pub fn path(&self) -> String {
-        format!("/run/netns/{}", self.name)
-    }
-
-    /// Delete it now (the drop is then a no-op).
-    pub fn delete(&self) {
-        let _ = ip(&["netns", "del", &self.name]);
-    }
-}
-
-impl Drop for NetnsGuard {
-    fn drop(&mut self) {
-        self.delete();
-    }
-}
-
-/// A veth pair in the host, removed on drop wherever its ends are (a namespace's removal takes
-/// the ends inside it).
-pub struct VethGuard {
-    /// The end that plays the VF.
-    pub name: String,
-    /// The other end.
-    pub peer: String,
-}
-
-impl VethGuard {
-    /// A new pair, `name` up.
-    pub fn new(prefix: &str) -> VethGuard {
-        let name = unique(prefix);
-        let peer = format!("{name}p");
-        ip_ok(&["link", "add", &name, "type", "veth", "peer", "name", &peer]);
-        ip_ok(&["link", "set", &name, "up"]);
-        VethGuard { name, peer }
-    }
-}
-
-impl Drop for VethGuard {
-    fn drop(&mut self) {
-        let _ = ip(&["link", "del", &self.peer]);
-        let _ = ip(&["link", "del", &self.name]);
-    }
 }
 
 /// A link as `ip -j link` shows it.

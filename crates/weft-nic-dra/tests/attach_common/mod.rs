@@ -7,7 +7,6 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -17,103 +16,11 @@ use weft_nic_dra::prepared::{ClaimRef, PodNics, PreparedNic};
 use weft_nri::api;
 use weft_topology::discover::FakeSriovTree;
 
-static COUNTER: AtomicU32 = AtomicU32::new(0);
 static BUS: AtomicU32 = AtomicU32::new(0);
 
-/// A name unique to this process and call: `<prefix><pid><n>`, at most 15 characters.
-pub fn unique(prefix: &str) -> String {
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let name = format!("{prefix}{}{n}", std::process::id() % 100_000);
-    assert!(name.len() <= 15, "{name} is too long for an interface name");
-    name
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
-        .unwrap_or(false)
-}
-
-/// Whether the test can make namespaces and links (root, `ip`); prints why not.
-pub fn can_netns(test: &str) -> bool {
-    if !is_root() {
-        eprintln!("skipping {test}: needs root to create network namespaces and veth pairs");
-        return false;
-    }
-    if Command::new("ip").arg("-V").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
-        eprintln!("skipping {test}: needs iproute2's ip");
-        return false;
-    }
-    true
-}
-
-fn ip(args: &[&str]) -> Output {
-    Command::new("ip").args(args).output().expect("running ip")
-}
-
-/// Run `ip` and insist it succeeds.
-pub fn ip_ok(args: &[&str]) {
-    let out = ip(args);
-    assert!(out.status.success(), "ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
-}
-
-/// A network namespace, deleted on drop.
-pub struct NetnsGuard {
-    /// Its name.
-    pub name: String,
-}
-
-impl NetnsGuard {
-    /// A new namespace.
-    pub fn new() -> NetnsGuard {
-        let name = unique("wdn");
-        ip_ok(&["netns", "add", &name]);
-        NetnsGuard { name }
-    }
-
-    /// Its path.
-    pub fn path(&self) -> String {
-        format!("/run/netns/{}", self.name)
-    }
-
-    /// Delete it now (the drop is then a no-op).
-    pub fn delete(&self) {
-        let _ = ip(&["netns", "del", &self.name]);
-    }
-}
-
-impl Drop for NetnsGuard {
-    fn drop(&mut self) {
-        self.delete();
-    }
-}
-
-/// A veth pair in the host, removed on drop wherever its ends are.
-pub struct VethGuard {
-    /// The end that plays the VF.
-    pub name: String,
-    /// The other end.
-    pub peer: String,
-}
-
-impl VethGuard {
-    /// A new pair, `name` up.
-    pub fn new(prefix: &str) -> VethGuard {
-        let name = unique(prefix);
-        let peer = format!("{name}p");
-        ip_ok(&["link", "add", &name, "type", "veth", "peer", "name", &peer]);
-        ip_ok(&["link", "set", &name, "up"]);
-        VethGuard { name, peer }
-    }
-}
-
-impl Drop for VethGuard {
-    fn drop(&mut self) {
-        let _ = ip(&["link", "del", &self.peer]);
-        let _ = ip(&["link", "del", &self.name]);
-    }
-}
+// Each test binary uses a different part of the shared netns support.
+#[allow(unused_imports)]
+pub use weft_testkit::netns::{NetnsGuard, VethGuard, can_netns, ip, ip_ok, unique};
 
 /// A node: a temporary directory with a fake sysfs in which `n` veth host ends are VFs of one PF.
 pub struct Node {
