@@ -140,21 +140,7 @@ pub fn valid_name(s: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
 }
 
-/// Why `name` cannot be an interface name, if it cannot (≤ 15 bytes, not `.`/`..`, no `/`, `:` or
-/// whitespace).
-pub fn interface_name_problem(name: &str) -> Option<&'static str> {
-    if name.is_empty() {
-        Some("is empty")
-    } else if name.len() > 15 {
-        Some("is longer than 15 characters")
-    } else if name == "." || name == ".." {
-        Some("is . or ..")
-    } else if name.chars().any(|c| c == '/' || c == ':' || c.is_whitespace()) {
-        Some("contains /, : or whitespace")
-    } else {
-        None
-    }
-}
+pub use weft_net::vif::interface_name_problem;
 
 impl CniEnv {
     /// Read and validate the environment through `get` (`std::env::var` in the binary). Missing

@@ -74,14 +74,10 @@ impl NicConfig {
             return Err(format!("opaque parameters for {DRIVER}: vlan {v} is outside 1–4094"));
         }
         if let Some(name) = &c.interface_name
-            && (name.is_empty()
-                || name.len() > 15
-                || name == "."
-                || name == ".."
-                || name.chars().any(|ch| ch == '/' || ch == ':' || ch.is_whitespace()))
+            && let Some(problem) = crate::vif::interface_name_problem(name)
         {
             return Err(format!(
-                "opaque parameters for {DRIVER}: interfaceName '{name}' is not a Linux interface name (1–15 characters, no '/', ':' or whitespace)"
+                "opaque parameters for {DRIVER}: interfaceName '{name}' is not a Linux interface name: it {problem}"
             ));
         }
         if let Some(mtu) = c.mtu

@@ -183,6 +183,22 @@ impl VifRecord {
     }
 }
 
+/// Why `name` cannot be an interface name, if it cannot (≤ 15 bytes, not `.`/`..`, no `/`, `:` or
+/// whitespace).
+pub fn interface_name_problem(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        Some("is empty")
+    } else if name.len() > 15 {
+        Some("is longer than 15 characters")
+    } else if name == "." || name == ".." {
+        Some("is . or ..")
+    } else if name.chars().any(|c| c == '/' || c == ':' || c.is_whitespace()) {
+        Some("contains /, : or whitespace")
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // tests assert by unwrapping
 mod tests {

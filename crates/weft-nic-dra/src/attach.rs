@@ -39,6 +39,7 @@ use weft_cni::CniError;
 use weft_cni::attach::{Host, PodLink, TakenBack};
 use weft_cni::net::{Link, Netns};
 use weft_cni::state::{OriginalState, write_atomic};
+use weft_net::vif::interface_name_problem;
 use weft_nri::api;
 use weft_nri::event::{Event, EventMask};
 use weft_nri::plugin::{Handler, HandlerError};
@@ -219,23 +220,6 @@ pub fn network_namespace(pod: &api::PodSandbox) -> Option<PathBuf> {
         .map(|n| n.path.trim())
         .filter(|p| !p.is_empty())
         .map(PathBuf::from)
-}
-
-/// Why `name` cannot be a Linux interface name (the kernel's `dev_valid_name`), if it cannot.
-pub fn invalid_ifname(name: &str) -> Option<String> {
-    if name.is_empty() {
-        return Some("it is empty".into());
-    }
-    if name.len() > 15 {
-        return Some(format!("it has {} bytes; an interface name has at most 15", name.len()));
-    }
-    if name == "." || name == ".." {
-        return Some("'.' and '..' are not interface names".into());
-    }
-    if let Some(c) = name.chars().find(|c| *c == '/' || *c == ':' || c.is_whitespace()) {
-        return Some(format!("it contains {c:?} ('/', ':' and whitespace are not allowed)"));
-    }
-    None
 }
 
 fn usable_uid(uid: &str) -> bool {
@@ -485,8 +469,8 @@ impl NicAttacher {
                         name: name.clone(),
                         why,
                     };
-                    if let Some(why) = invalid_ifname(name) {
-                        return Err(bad(why));
+                    if let Some(why) = interface_name_problem(name) {
+                        return Err(bad(format!("it {why}")));
                     }
                     if used.contains(name) {
                         return Err(bad(format!("{name} already exists in {}", netns_path.display())));
@@ -749,10 +733,10 @@ mod tests {
 
     #[test]
     fn interface_names_follow_the_kernels_rules() {
-        assert_eq!(invalid_ifname("net1"), None);
-        assert_eq!(invalid_ifname("fast0.100"), None);
+        assert_eq!(interface_name_problem("net1"), None);
+        assert_eq!(interface_name_problem("fast0.100"), None);
         for bad in ["", ".", "..", "a/b", "a b", "a:b", "sixteen-chars-xx"] {
-            assert!(invalid_ifname(bad).is_some(), "{bad:?}");
+            assert!(interface_name_problem(bad).is_some(), "{bad:?}");
         }
         assert!(usable_uid("0b6f-11ee"));
         assert!(!usable_uid("../x") && !usable_uid("") && !usable_uid(".hidden"));
