@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use criterion::{Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::resource::v1::ResourceClaim;
 use weft_alloc::PreparedNode;
 use weft_extender::decision::{Deadline, NodeState, NodeVfs, PodAsk, prioritize, prioritize_pod_until};
 use weft_extender::wire::{ExtenderArgs, ExtenderBindingArgs};
@@ -170,6 +171,10 @@ struct MemoryApi {
 impl PodBinder for MemoryApi {
     async fn pod(&self, _: &str, _: &str) -> Result<Option<Pod>, String> {
         Ok(Some(self.pod.clone()))
+    }
+
+    async fn resource_claim(&self, _: &str, _: &str) -> Result<Option<ResourceClaim>, String> {
+        Ok(None)
     }
 
     async fn bind(&self, _: &str, _: &str, _: &str, _: &str, a: BTreeMap<String, String>) -> Result<(), String> {

@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
+use k8s_openapi::api::resource::v1::ResourceClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
 use weft_alloc::{Policy, Request, allocate};
@@ -20,6 +21,7 @@ use weft_record::usage::{PodRef, format_gpu_ids};
 use weft_record::vf_usage::{VF_IDS_ANNOTATION, format_vf_ids};
 use weft_record::{GPU_DECISION_ANNOTATION, GPU_IDS_ANNOTATION, GpuDecision};
 
+use crate::claims::{allocated_vfs, claim_names};
 use crate::decision::PodAsk;
 use crate::reservations::{Reserved, shown_in};
 use crate::server::{ExtenderState, devices_in_use};
@@ -67,6 +69,9 @@ pub trait PodBinder: Send + Sync {
     /// The pod, or `None` when it does not exist.
     async fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, String>;
 
+    /// The ResourceClaim, or `None` when it does not exist.
+    async fn resource_claim(&self, namespace: &str, name: &str) -> Result<Option<ResourceClaim>, String>;
+
     /// Binds the pod to `node` with `annotations`, in one write that fails unless the pod still has
     /// `uid` and is not bound.
     async fn bind(
@@ -109,6 +114,13 @@ impl PodBinder for KubePodBinder {
             .get_opt(name)
             .await
             .map_err(|e| format!("reading pod {namespace}/{name}: {e}"))
+    }
+
+    async fn resource_claim(&self, namespace: &str, name: &str) -> Result<Option<ResourceClaim>, String> {
+        Api::<ResourceClaim>::namespaced(self.client.clone(), namespace)
+            .get_opt(name)
+            .await
+            .map_err(|e| format!("reading ResourceClaim {namespace}/{name}: {e}"))
     }
 
     async fn bind(
@@ -182,7 +194,16 @@ impl ExtenderState {
             None => {}
         }
         let ask = PodAsk::of(&pod, &self.config().resource_name).map_err(|e| format!("pod {namespace}/{name}: {e}"))?;
-        let decided = if ask.is_empty() { None } else { self.decide_devices(node, &uid, &ask)? };
+        let decided = if ask.is_empty() {
+            None
+        } else {
+            // The pod's claims as the scheduler allocated them in PreBind (crate::claims).
+            let mut claims = Vec::new();
+            for claim in claim_names(&pod) {
+                claims.extend(binder.resource_claim(namespace, &claim).await?);
+            }
+            self.decide_devices(node, &uid, &ask, &claims)?
+        };
         let annotations = decided.as_ref().map(|d| decision_annotations(node, d)).unwrap_or_default();
         if let Err(e) = binder.bind(namespace, name, &uid, node, annotations).await {
             self.reservations().release(node, &uid);
@@ -208,7 +229,9 @@ impl ExtenderState {
             let uid = pod.metadata.uid.clone().unwrap_or_default();
             let ask =
                 PodAsk::of(&pod, &self.config().resource_name).map_err(|e| format!("pod {namespace}/{name}: {e}"))?;
-            let Some(decided) = (if ask.is_empty() { None } else { self.decide_devices(node, &uid, &ask)? }) else {
+            // vc-scheduler allocates before DRA's PreBind: no claim has its devices yet.
+            let Some(decided) = (if ask.is_empty() { None } else { self.decide_devices(node, &uid, &ask, &[])? })
+            else {
                 return Ok(());
             };
             let gpus = &decided.gpus;
@@ -254,9 +277,16 @@ impl ExtenderState {
 
     /// Picks and reserves the pod `uid`'s GPUs and VFs on `node` in one decision
     /// ([`weft_net::joint::decide`]) over the GPUs and VFs neither held by the node's pods nor
-    /// reserved for others. `None` when the node has no topology (the node's device plugins then
+    /// reserved for others, beside the VFs weft's NIC driver was allocated in `claims`
+    /// ([`crate::claims`]). `None` when the node has no topology (the node's device plugins then
     /// choose), unless topology is required.
-    fn decide_devices(&self, node: &str, uid: &str, ask: &PodAsk) -> Result<Option<Decided>, String> {
+    fn decide_devices(
+        &self,
+        node: &str,
+        uid: &str,
+        ask: &PodAsk,
+        claims: &[ResourceClaim],
+    ) -> Result<Option<Decided>, String> {
         let node_object = self.view().node(node).ok_or_else(|| format!("node {node} is not known to the extender"))?;
         let prepared = match self.cache().resolve(&node_object) {
             Ok(p) => p,
@@ -278,7 +308,8 @@ impl ExtenderState {
         }
         let (gpus, vfs) = match prepared.with_vfs() {
             Some(topology) => {
-                let choice = decide(&prepared, topology, &free, &|a| !vfs_used.contains(a), count, &ask.vfs)
+                let fixed = allocated_vfs(claims, node, topology);
+                let choice = decide(&prepared, topology, &free, &|a| !vfs_used.contains(a), count, &ask.vfs, &fixed)
                     .map_err(|e| format!("node {node}: {e}"))?;
                 (choice.gpus, choice.vfs.vfs)
             }

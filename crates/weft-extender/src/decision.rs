@@ -386,7 +386,7 @@ pub fn prioritize_pod_until(
                                 let gpu_score = fit.score;
                                 fit.score = *joint.entry(key).or_insert_with(|| {
                                     // The filter's counts guarantee the VFs; a failure leaves the GPU score.
-                                    decide(prepared, v.topology, &free, &|a| v.is_free(a), count, &ask.vfs)
+                                    decide(prepared, v.topology, &free, &|a| v.is_free(a), count, &ask.vfs, &[])
                                         .map_or(gpu_score, |choice| joint_score(gpu_score, &choice))
                                 });
                             }

@@ -14,6 +14,7 @@
 
 pub mod bind;
 pub mod cache;
+pub mod claims;
 pub mod config;
 pub mod decision;
 pub mod kube_view;

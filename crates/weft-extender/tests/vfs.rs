@@ -110,3 +110,47 @@ async fn a_vf_only_pod_gets_a_decision_without_gpus() {
     assert!(decision.gpus.is_empty());
     assert_eq!(decision.vfs["fabric"], ["0000:0c:00.2", "0000:8c:00.2"], "spread over both PFs");
 }
+
+/// A ResourceClaim `name` in `ml` as kube-scheduler's DRA plugin leaves it in PreBind: its request
+/// `nic` allocated weft's NIC device `device` from the pool of `node`.
+async fn allocated_claim(c: &Cluster, name: &str, node: &str, device: &str) {
+    use k8s_openapi::api::resource::v1::ResourceClaim;
+    use kube::api::{Patch, PatchParams, PostParams};
+    let api: Api<ResourceClaim> = Api::namespaced(c.api.client(), "ml");
+    let claim: ResourceClaim = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {"devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": "weft-nic"}}]}}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &claim).await.unwrap();
+    let status = json!({"status": {"allocation": {"devices": {"results": [
+        {"request": "nic", "driver": "nic.weft.io", "pool": node, "device": device}]}}}});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
+}
+
+#[tokio::test]
+async fn bind_puts_the_gpus_beside_the_vf_the_scheduler_allocated_through_dra() {
+    let c = cluster(&[("left", Some(topology("left", true, 1))), ("right", Some(topology("right", true, 1)))]).await;
+    // Two pods asking for 2 GPUs and no device-plugin VF; "beside" holds a claim whose VF the
+    // scheduler took from NIC1, under the switch of GPU2–3.
+    allocated_claim(&c, "beside-nic", "right", "vf-0000-8c-00-2").await;
+    let mut pod = common::pending_pod_json("beside", 2);
+    for k in ["uid", "resourceVersion", "creationTimestamp", "ownerReferences"] {
+        pod["metadata"].as_object_mut().unwrap().remove(k);
+    }
+    pod["spec"]["resourceClaims"] = json!([{"name": "nic", "resourceClaimName": "beside-nic"}]);
+    pod["status"] = json!({});
+    let beside: Pod = Api::namespaced(c.api.client(), "ml")
+        .create(&Default::default(), &serde_json::from_value(pod).unwrap())
+        .await
+        .unwrap();
+    let plain = pending(&c, "plain", 2, 0).await;
+    assert_eq!(post_verb(&c, "bind", &bind_args(&plain, "left")).await, json!({"Error": ""}));
+    assert_eq!(post_verb(&c, "bind", &bind_args(&beside, "right")).await, json!({"Error": ""}));
+    let gpus =
+        |pod: &Pod| GpuDecision::from_annotation(annotation(pod, GPU_DECISION_ANNOTATION).unwrap()).unwrap().gpus;
+    assert_eq!(gpus(&stored(&c, "plain").await), [0, 1], "without a claim: the best-effort pair, lowest first");
+    let beside = stored(&c, "beside").await;
+    assert_eq!(gpus(&beside), [2, 3], "the equally good pair under the allocated VF's switch");
+    assert_eq!(annotation(&beside, VF_IDS_ANNOTATION), None, "a DRA VF is the claim's, not a device-plugin VF");
+}

@@ -8,6 +8,10 @@
 //!    a switch with a free VF of an asked physnet are tried, and the one with the most VFs near
 //!    wins (ties keep the best-effort set). GPU quality is never traded for NIC nearness; among
 //!    equally good GPU sets, the one GPUDirect RDMA pays on is taken.
+//! 4. VFs already fixed elsewhere count the same way. Under DRA the scheduler allocates a claim's VF
+//!    (weft's NIC driver, docs/nic-dra.md) before the extender binds the pod, so bind passes those
+//!    VFs as `fixed`: they are not chosen again, but among equally good GPU sets the one with the
+//!    most chosen-or-fixed VFs under a GPU's switch wins.
 
 use std::collections::BTreeMap;
 
@@ -90,6 +94,20 @@ pub struct JointChoice {
     pub vfs: VfPlan,
 }
 
+/// How many of the `fixed` VFs (PCI addresses) share a PCIe switch with one of `gpus`; addresses
+/// the node does not publish count as not near.
+pub fn fixed_near(node: &NodeTopology, fixed: &[String], gpus: &[usize]) -> usize {
+    fixed
+        .iter()
+        .filter(|a| {
+            node.vfs()
+                .iter()
+                .position(|v| v.pci_address == a.as_str())
+                .is_some_and(|i| near_enough(node.vf_nearest(i, gpus)))
+        })
+        .count()
+}
+
 impl JointChoice {
     /// Whether the pod has GPUs and VFs and every VF shares a PCIe switch with one of its GPUs
     /// (`None` when the pod lacks either, so the question does not arise).
@@ -100,7 +118,7 @@ impl JointChoice {
 }
 
 /// Decides a pod's `gpu_count` GPUs among `free_gpus` and its VFs (`ask`) among those `vf_free`
-/// accepts, on one node (see the module docs for the rule).
+/// accepts, on one node, beside the VFs already `fixed` for it (see the module docs for the rule).
 pub fn decide(
     prepared: &PreparedNode,
     node: &NodeTopology,
@@ -108,6 +126,7 @@ pub fn decide(
     vf_free: &dyn Fn(&str) -> bool,
     gpu_count: usize,
     ask: &VfAsk,
+    fixed: &[String],
 ) -> Result<JointChoice, JointError> {
     if gpu_count == 0 {
         let vfs = plan_vfs(node, vf_free, &[], ask)?;
@@ -116,20 +135,24 @@ pub fn decide(
     let base =
         allocate(prepared, &Policy::BestEffort, &Request { count: gpu_count, available: free_gpus, required: &[] })?;
     let base_plan = plan_vfs(node, vf_free, &base.gpus, ask)?;
+    let near = |gpus: &[usize], plan: &VfPlan| plan.near_switch + fixed_near(node, fixed, gpus);
+    let wanted = base_plan.count() + fixed.len();
+    let mut best_near = near(&base.gpus, &base_plan);
     let mut best = JointChoice { gpus: base.gpus.clone(), allocation: Some(base.clone()), vfs: base_plan };
-    if best.vfs.near_switch == best.vfs.count() {
+    if best_near == wanted {
         return Ok(best);
     }
-    // GPUs that share a switch with some free VF of an asked physnet, not already in the set.
+    // GPUs that share a switch with some free VF of an asked physnet or with a fixed VF, not
+    // already in the set.
     let hopeful: Vec<usize> = free_gpus
         .iter()
         .copied()
         .filter(|g| !best.gpus.contains(g))
         .filter(|&g| {
             node.vfs().iter().enumerate().any(|(i, v)| {
-                v.physnet.as_ref().is_some_and(|p| ask.get(p).is_some_and(|&n| n > 0))
-                    && vf_free(&v.pci_address)
-                    && near_enough(node.vf_nearest(i, &[g]))
+                let asked =
+                    v.physnet.as_ref().is_some_and(|p| ask.get(p).is_some_and(|&n| n > 0)) && vf_free(&v.pci_address);
+                (asked || fixed.contains(&v.pci_address)) && near_enough(node.vf_nearest(i, &[g]))
             })
         })
         .collect();
@@ -140,7 +163,9 @@ pub fn decide(
             continue;
         }
         let Ok(plan) = plan_vfs(node, vf_free, &alt.gpus, ask) else { continue };
-        if plan.near_switch > best.vfs.near_switch {
+        let alt_near = near(&alt.gpus, &plan);
+        if alt_near > best_near {
+            best_near = alt_near;
             best = JointChoice { gpus: alt.gpus.clone(), allocation: Some(alt), vfs: plan };
         }
     }
@@ -202,7 +227,7 @@ mod tests {
         let n = node(2);
         let p = PreparedNode::new(&n).unwrap();
         let all = |_: &str| true;
-        let c = decide(&p, &n, &[0, 1, 2, 3], &all, 2, &ask(1)).unwrap();
+        let c = decide(&p, &n, &[0, 1, 2, 3], &all, 2, &ask(1), &[]).unwrap();
         assert_eq!(c.gpus, [0, 1], "best-effort takes a PIX pair; lowest first");
         assert_eq!(c.vfs.vfs["fabric"], ["0000:0c:00.2"]);
         assert_eq!(c.all_near(), Some(true));
@@ -215,15 +240,52 @@ mod tests {
         // Switch A's only VF is taken: the best-effort pair (0, 1) would get a VF across the
         // host bridge; the equally good pair (2, 3) sits beside a free VF.
         let free = |a: &str| a != "0000:0c:00.2";
-        let c = decide(&p, &n, &[0, 1, 2, 3], &free, 2, &ask(1)).unwrap();
+        let c = decide(&p, &n, &[0, 1, 2, 3], &free, 2, &ask(1), &[]).unwrap();
         assert_eq!(c.gpus, [2, 3]);
         assert_eq!(c.vfs.vfs["fabric"], ["0000:8c:00.2"]);
         assert_eq!(c.all_near(), Some(true));
         // A worse GPU set is never taken for NIC nearness: with only GPU0, GPU1 and GPU2 free, a
         // pair means (0, 1) (PIX), not a SYS pair with GPU2.
-        let c = decide(&p, &n, &[0, 1, 2], &free, 2, &ask(1)).unwrap();
+        let c = decide(&p, &n, &[0, 1, 2], &free, 2, &ask(1), &[]).unwrap();
         assert_eq!(c.gpus, [0, 1]);
         assert_eq!(c.all_near(), Some(false));
+    }
+
+    #[test]
+    fn gpus_go_beside_a_vf_fixed_before_bind() {
+        let n = node(1);
+        let p = PreparedNode::new(&n).unwrap();
+        let all = |_: &str| true;
+        let on_b = ["0000:8c:00.2".to_string()];
+        // Without it the best-effort pair is (0, 1); the scheduler's DRA allocation put the pod's
+        // VF under switch B, so the equally good pair (2, 3) beside it wins.
+        assert_eq!(decide(&p, &n, &[0, 1, 2, 3], &all, 2, &VfAsk::new(), &[]).unwrap().gpus, [0, 1]);
+        let c = decide(&p, &n, &[0, 1, 2, 3], &all, 2, &VfAsk::new(), &on_b).unwrap();
+        assert_eq!(c.gpus, [2, 3]);
+        assert_eq!(c.vfs.count(), 0, "a fixed VF is not chosen again");
+        assert_eq!(fixed_near(&n, &on_b, &c.gpus), 1);
+        // A worse GPU set is never taken for it: with GPU3 busy, (2, x) would be a SYS pair.
+        let c = decide(&p, &n, &[0, 1, 2], &all, 2, &VfAsk::new(), &on_b).unwrap();
+        assert_eq!(c.gpus, [0, 1]);
+        assert_eq!(fixed_near(&n, &on_b, &c.gpus), 0);
+        // Fixed and asked VFs count together: with B's VF fixed and one more asked while A's two
+        // VFs are free and B's other is taken, (2, 3) holds the fixed VF near but the asked one
+        // far, (0, 1) the opposite: a tie, which keeps the best-effort pair; with B's other VF
+        // free as well, (2, 3) has both near and wins.
+        let n2 = node(2);
+        let p2 = PreparedNode::new(&n2).unwrap();
+        let not_b_other = |a: &str| a != "0000:8c:00.3" && a != "0000:8c:00.2";
+        let c = decide(&p2, &n2, &[0, 1, 2, 3], &not_b_other, 2, &ask(1), &on_b).unwrap();
+        assert_eq!(
+            (c.gpus.as_slice(), c.vfs.vfs["fabric"].as_slice()),
+            (&[0, 1][..], &["0000:0c:00.2".to_string()][..])
+        );
+        let not_fixed = |a: &str| a != "0000:8c:00.2";
+        let c = decide(&p2, &n2, &[0, 1, 2, 3], &not_fixed, 2, &ask(1), &on_b).unwrap();
+        assert_eq!(c.gpus, [2, 3]);
+        assert_eq!(c.vfs.vfs["fabric"], ["0000:8c:00.3"]);
+        // An address the node does not publish is never near.
+        assert_eq!(fixed_near(&n, &["0000:ff:00.7".to_string()], &[0, 1, 2, 3]), 0);
     }
 
     #[test]
@@ -231,22 +293,22 @@ mod tests {
         let n = node(1);
         let p = PreparedNode::new(&n).unwrap();
         let all = |_: &str| true;
-        let near = decide(&p, &n, &[0, 1, 2, 3], &all, 1, &ask(1)).unwrap();
+        let near = decide(&p, &n, &[0, 1, 2, 3], &all, 1, &ask(1), &[]).unwrap();
         let none = |_: &str| false;
-        let far = decide(&p, &n, &[0, 1], &|a: &str| a == "0000:8c:00.2", 1, &ask(1)).unwrap();
+        let far = decide(&p, &n, &[0, 1], &|a: &str| a == "0000:8c:00.2", 1, &ask(1), &[]).unwrap();
         assert_eq!(far.all_near(), Some(false));
         assert_eq!(joint_score(80, &near), 90);
         assert_eq!(joint_score(80, &far), 40);
-        let gpus_only = decide(&p, &n, &[0, 1], &all, 1, &VfAsk::new()).unwrap();
+        let gpus_only = decide(&p, &n, &[0, 1], &all, 1, &VfAsk::new(), &[]).unwrap();
         assert_eq!(joint_score(80, &gpus_only), 80, "no VFs asked: the GPU score alone");
-        let e = decide(&p, &n, &[0, 1], &none, 1, &ask(1)).unwrap_err();
+        let e = decide(&p, &n, &[0, 1], &none, 1, &ask(1), &[]).unwrap_err();
         assert!(
             e.to_string().contains("physnet fabric") && e.to_string().contains("1 VFs asked for, 0 available"),
             "{e}"
         );
-        let vfs_only = decide(&p, &n, &[], &all, 0, &ask(2)).unwrap();
+        let vfs_only = decide(&p, &n, &[], &all, 0, &ask(2), &[]).unwrap();
         assert_eq!(vfs_only.vfs.count(), 2);
         assert_eq!(vfs_only.all_near(), None);
-        assert!(matches!(decide(&p, &n, &[0], &all, 2, &ask(0)), Err(JointError::Gpus(_))));
+        assert!(matches!(decide(&p, &n, &[0], &all, 2, &ask(0), &[]), Err(JointError::Gpus(_))));
     }
 }

@@ -18,6 +18,15 @@ pub const KIND: &str = "NicConfig";
 /// The request name in claims weft generates.
 pub const REQUEST_NAME: &str = "nic";
 
+/// The device name weft's NIC driver publishes for the VF at `pci_address` in its ResourceSlices
+/// (and the scheduler writes into a claim's allocation): `vf-` and the address in lower case with
+/// `:` and `.` as `-` (`0000:3b:02.1` → `vf-0000-3b-02-1`), a DNS label.
+pub fn device_name(pci_address: &str) -> String {
+    let body: String =
+        pci_address.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).collect();
+    format!("vf-{}", body.trim_matches('-'))
+}
+
 /// What a pod's NIC on a NumaNetwork gets: an address from the network's range, the VLAN, and
 /// optionally a fixed interface name and MTU.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

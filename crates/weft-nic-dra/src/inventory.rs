@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::resource::v1::{Device, DeviceAttribute};
+use weft_net::nic_claim::device_name;
 use weft_topology::discover::{PhysicalFunction, VirtualFunction};
 
 /// `nic.weft.io/pciAddress`: the VF's PCI address (`0000:3b:02.1`).
@@ -79,14 +80,6 @@ impl NicDevice {
     pub fn api_device(&self) -> Device {
         Device { name: self.name.clone(), attributes: Some(attributes(self)), ..Device::default() }
     }
-}
-
-/// The device name of the VF at `pci_address`: `vf-` and the address in lower case with `:` and
-/// `.` as `-` (`0000:3b:02.1` → `vf-0000-3b-02-1`), a DNS label.
-pub fn device_name(pci_address: &str) -> String {
-    let body: String =
-        pci_address.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).collect();
-    format!("vf-{}", body.trim_matches('-'))
 }
 
 fn string(v: &str) -> Option<DeviceAttribute> {

@@ -58,6 +58,7 @@ pub mod api {
 
 pub use checkpoint::Checkpoint;
 pub use driver::NicDriver;
-pub use inventory::{NicDevice, NicInventory, device_name};
+pub use inventory::{NicDevice, NicInventory};
 pub use server::{ServeOptions, Serving, start};
 pub use vlan::{PfVlan, VfVlan};
+pub use weft_net::nic_claim::device_name;

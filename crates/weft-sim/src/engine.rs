@@ -375,7 +375,7 @@ fn weft_fit(
         return Some((fit.score, Free { gpus: vec_to_mask(&fit.gpus), vfs: 0 }));
     }
     let vf_free = |a: &str| positions.get(t, a).is_some_and(|i| free.vfs >> i & 1 == 1);
-    let choice = decide(&node_type.prepared, &node_type.topology, &gpus, &vf_free, key.gpus, ask).ok()?;
+    let choice = decide(&node_type.prepared, &node_type.topology, &gpus, &vf_free, key.gpus, ask, &[]).ok()?;
     let held = Free { gpus: vec_to_mask(&choice.gpus), vfs: positions.mask(t, &choice.vfs) };
     Some((joint_score(fit.score, &choice), held))
 }

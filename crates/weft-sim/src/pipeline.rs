@@ -671,14 +671,14 @@ fn weft_fit(
     };
     if ask.gpus == 0 {
         // The extender's neutral score: the same on every node that has the VFs.
-        let choice = decide(&t.prepared, &t.topology, &gpus, &vf_free, 0, &ask.vfs).ok()?;
+        let choice = decide(&t.prepared, &t.topology, &gpus, &vf_free, 0, &ask.vfs, &[]).ok()?;
         return Some((0, held(&choice)));
     }
     let fit = cache.score(&t.prepared, &gpus, ask.gpus, cfg).ok()?;
     if ask.vfs.is_empty() {
         return Some((fit.score, Free { gpus: vec_to_mask(&fit.gpus), vfs: 0 }));
     }
-    let choice = decide(&t.prepared, &t.topology, &gpus, &vf_free, ask.gpus, &ask.vfs).ok()?;
+    let choice = decide(&t.prepared, &t.topology, &gpus, &vf_free, ask.gpus, &ask.vfs, &[]).ok()?;
     Some((joint_score(fit.score, &choice), held(&choice)))
 }
 
