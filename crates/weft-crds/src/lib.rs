@@ -12,10 +12,12 @@
 //! Resources: [`NumaNetwork`] (`docs/numanetwork.md`), with its controller
 //! ([`numanetwork_controller`]).
 
-pub mod network_address;
 pub mod numanetwork;
 pub mod numanetwork_controller;
 pub mod profile_provider;
+
+/// The cluster-wide IPAM objects (`NetworkAddress`), from the shared crate `weft-ipam`.
+pub use weft_ipam::network_address;
 
 use std::fmt;
 

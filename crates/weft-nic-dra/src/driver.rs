@@ -44,8 +44,8 @@ use kube::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use weft_cni::pf::{PfError, PfVfState, VlanProto};
-use weft_crds::network_address::{self, AddressClaim, AddressRequest, NetworkAddress};
-use weft_crds::numanetwork::Cidr;
+use weft_ipam::Cidr;
+use weft_ipam::network_address::{self, AddressClaim, AddressRequest, NetworkAddress};
 use weft_record::{GPU_DECISION_ANNOTATION, GpuDecision};
 use weft_topology::NodeTopology;
 

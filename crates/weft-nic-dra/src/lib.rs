@@ -8,7 +8,7 @@
 //! 2. the kubelet finds the driver through its registration socket and calls
 //!    NodePrepareResources on the DRA socket ([`server`]); for each claim the driver reads the
 //!    ResourceClaim, takes the VF the scheduler allocated, allocates the address cluster-wide
-//!    (`NetworkAddress` objects, `weft_crds::network_address`), records the claim in its
+//!    (`NetworkAddress` objects, `weft_ipam::network_address`), records the claim in its
 //!    checkpoint and sets the VF's VLAN through its PF ([`driver`], [`claim`], [`checkpoint`],
 //!    [`vlan`]); NodeUnprepareResources undoes it;
 //! 3. the NRI half moves the prepared VF into the pod's network namespace at RunPodSandbox

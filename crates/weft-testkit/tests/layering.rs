@@ -5,10 +5,17 @@
 use std::path::PathBuf;
 
 /// Component crates: none may depend on another.
-const COMPONENTS: [&str; 6] =
-    ["weft-extender", "weft-admission", "weft-crds", "weft-gpu-plugin", "weft-sriov-plugin", "weft-dns"];
+const COMPONENTS: [&str; 7] = [
+    "weft-extender",
+    "weft-admission",
+    "weft-crds",
+    "weft-gpu-plugin",
+    "weft-sriov-plugin",
+    "weft-dns",
+    "weft-nic-dra",
+];
 /// Shared layers: may not depend on any component.
-const SHARED: [&str; 3] = ["weft-kube", "weft-record", "weft-deviceplugin"];
+const SHARED: [&str; 4] = ["weft-kube", "weft-record", "weft-deviceplugin", "weft-ipam"];
 const TEST_ONLY: [&str; 4] = ["weft-testkit", "weft-fakeapi", "weft-nri-harness", "weft-kubelet-harness"];
 
 /// The names in a crate's `[dependencies]` table (not dev- or build-dependencies).

@@ -27,7 +27,7 @@ use kube::{Api, CustomResource};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::numanetwork::Cidr;
+use crate::cidr::Cidr;
 
 /// API group.
 pub const GROUP: &str = "weft.io";
