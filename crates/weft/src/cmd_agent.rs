@@ -190,7 +190,8 @@ pub struct NicDraArgs {
     #[arg(long)]
     nic_dra: bool,
     /// Offer only this physnet's VFs through the NIC DRA driver (repeatable; default: every
-    /// physnet). A physnet must not be offered by --sriov-plugin too: both would hand out its VFs.
+    /// physnet). With --sriov-plugin too it is required: the device plugin then serves the other
+    /// physnets, never these (both would hand out the same VFs).
     #[arg(long = "nic-dra-physnet", value_name = "PHYSNET")]
     nic_dra_physnets: Vec<String>,
     /// The kubelet's plugins directory; the DRA socket is `<DIR>/nic.weft.io/dra.sock`.
@@ -218,15 +219,6 @@ fn nic_dra_inventory(a: &AgentArgs, physnets: &PhysnetConfig) -> anyhow::Result<
     let inventory = read_sriov(&root, &mut notes);
     let mut assigned = physnets.assign(&inventory, &mut notes);
     assigned.retain(|physnet, _| wanted.is_empty() || wanted.contains(physnet));
-    if a.sriov.sriov_plugin {
-        let shared: Vec<&String> = assigned.iter().filter(|(_, vfs)| !vfs.is_empty()).map(|(p, _)| p).collect();
-        if !shared.is_empty() {
-            anyhow::bail!(
-                "--sriov-plugin and --nic-dra would both hand out the VFs of physnet(s) {}: give --nic-dra-physnet for the physnets the DRA driver offers and leave them out of the device plugin's configuration",
-                shared.iter().map(|p| p.as_str()).collect::<Vec<_>>().join(", ")
-            );
-        }
-    }
     let nics = NicInventory::from_physnets(&assigned, &mut notes);
     for note in &notes {
         tracing::info!(note = %note, "NIC DRA driver discovery");
@@ -234,7 +226,26 @@ fn nic_dra_inventory(a: &AgentArgs, physnets: &PhysnetConfig) -> anyhow::Result<
     Ok(nics)
 }
 
-/// One VF plugin per physnet with VFs on this node, choosing near the GPUs of `topology`.
+/// Whether `physnet`'s VFs are the NIC DRA driver's.
+fn dra_offers(a: &AgentArgs, physnet: &str) -> bool {
+    a.nic_dra.nic_dra
+        && (a.nic_dra.nic_dra_physnets.is_empty() || a.nic_dra.nic_dra_physnets.iter().any(|p| p == physnet))
+}
+
+/// With both VF servers on, the physnets must be split between them explicitly: the NIC DRA driver
+/// offers those named by --nic-dra-physnet, the SR-IOV device plugin serves the others. Without
+/// the flag the driver would offer every physnet and leave the device plugin none.
+fn split_physnets(a: &AgentArgs) -> anyhow::Result<()> {
+    if a.sriov.sriov_plugin && a.nic_dra.nic_dra && a.nic_dra.nic_dra_physnets.is_empty() {
+        anyhow::bail!(
+            "--sriov-plugin with --nic-dra needs --nic-dra-physnet: name the physnets whose VFs the NIC DRA driver offers; the device plugin serves the others"
+        );
+    }
+    Ok(())
+}
+
+/// One VF plugin per physnet with VFs on this node, choosing near the GPUs of `topology`, except
+/// the NIC DRA driver's physnets.
 fn sriov_plugins(
     a: &AgentArgs,
     physnets: &PhysnetConfig,
@@ -246,7 +257,9 @@ fn sriov_plugins(
     let root = SysfsRoot::new(a.discover.root());
     let mut notes = Vec::new();
     let inventory = read_sriov(&root, &mut notes);
-    let per_physnet = VfInventory::per_physnet(physnets, &inventory, &mut notes)?;
+    let mut per_physnet = VfInventory::per_physnet(physnets, &inventory, &mut notes)?;
+    // The NIC DRA driver's physnets are its own (split_physnets).
+    per_physnet.retain(|physnet, _| !dra_offers(a, physnet));
     let gpus = topology.map(|t| gpu_places(t, &root, &mut notes)).unwrap_or_default();
     let rdma_cm = weft_sriov_plugin::plugin::rdma_cm_present(&root);
     for note in &notes {
@@ -468,6 +481,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
             "nothing to do: --publish-topology=false, --mode off, no --gpu-plugin, no --sriov-plugin and no --nic-dra"
         );
     }
+    split_physnets(&a)?;
     let physnets = a.sriov.physnets()?;
     if a.sriov.sriov_plugin && physnets.is_none() {
         anyhow::bail!("--sriov-plugin needs the physnets: --physnet-config or --physical-device-mappings");

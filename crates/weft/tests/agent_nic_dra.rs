@@ -111,3 +111,66 @@ async fn the_agent_publishes_its_vfs_registers_and_prepares_claims() {
     assert!(wait_exit(child).is_some_and(|s| s.success()), "the agent stops on SIGTERM");
     assert!(!registry.join("nic.weft.io-reg.sock").exists() && !plugins.join("nic.weft.io/dra.sock").exists());
 }
+
+/// With the SR-IOV device plugin on too, the physnets are split: --nic-dra-physnet names the NIC
+/// DRA driver's, the device plugin serves the others; without the flag the agent refuses to start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_sriov_plugin_the_physnets_are_split_between_the_two() {
+    let api = FakeApiServer::start().await;
+    api.insert_typed(&NetworkAddress::crd()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig).unwrap();
+    let sysfs = dir.path().join("host");
+    let tree = FakeSriovTree::new(&sysfs);
+    tree.pf("0000:3b:00.0", &["0000:3a:00.0"], "wnd8pf0", 0).link("wnd8pf0", "up", 25_000);
+    for i in 0..4 {
+        tree.vf("0000:3b:00.0", i, &format!("0000:3b:00.{}", i + 2), None);
+    }
+    let topology = dir.path().join("node.yaml");
+    std::fs::write(&topology, "apiVersion: weft.io/v1alpha1\nkind: NodeTopology\ngpus: []\n").unwrap();
+    let device_plugins = dir.path().join("device-plugins");
+    std::fs::create_dir_all(&device_plugins).unwrap();
+    let agent = |extra: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_weft"));
+        cmd.args(["agent", "--node=n1", "--mode=off", "--publish-topology=false", "--ops-listen=127.0.0.1:0"])
+            .args(["--nic-dra", "--sriov-plugin", "--no-kubelet"])
+            .arg(format!("--topology={}", topology.display()))
+            .arg(format!("--root={}", sysfs.display()))
+            .arg("--physical-device-mappings=fabric:wnd8pf0#0-1,storage:wnd8pf0#2-3")
+            .arg(format!("--device-plugin-dir={}", device_plugins.display()))
+            .arg(format!("--pod-resources-socket={}", dir.path().join("pod-resources.sock").display()))
+            .arg(format!("--kubelet-plugins-dir={}", dir.path().join("plugins").display()))
+            .arg(format!("--kubelet-registry-dir={}", dir.path().join("plugins_registry").display()))
+            .arg(format!("--nic-dra-checkpoint={}", dir.path().join("state/nic-dra.json").display()))
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .args(extra);
+        cmd
+    };
+    let refused = agent(&[]).output().unwrap();
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("--sriov-plugin with --nic-dra needs --nic-dra-physnet"), "{err}");
+
+    let child = agent(&["--nic-dra-physnet=fabric"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let slices = |a: &FakeApiServer| a.list("resourceslices", None);
+    tokio::time::timeout(HANG_GUARD, api.wait_for(|a| !slices(a).is_empty())).await.expect("the VFs are published");
+    let names: Vec<String> = slices(&api)[0]["spec"]["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["vf-0000-3b-00-2", "vf-0000-3b-00-3"], "the DRA driver offers fabric's VFs only");
+    let storage = device_plugins.join("weft-sriov-storage.sock");
+    let deadline = std::time::Instant::now() + HANG_GUARD;
+    while !storage.exists() && std::time::Instant::now() < deadline {
+        tokio::task::yield_now().await;
+        std::thread::park_timeout(Duration::from_millis(20));
+    }
+    assert!(storage.exists(), "the device plugin serves storage");
+    assert!(!device_plugins.join("weft-sriov-fabric.sock").exists(), "and not the DRA driver's fabric");
+    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    assert!(wait_exit(child).is_some_and(|s| s.success()), "the agent stops on SIGTERM");
+}
