@@ -145,8 +145,14 @@ async fn bind_puts_the_gpus_beside_the_vf_the_scheduler_allocated_through_dra() 
         .await
         .unwrap();
     let plain = pending(&c, "plain", 2, 0).await;
+    let before = c.api.requests().len();
     assert_eq!(post_verb(&c, "bind", &bind_args(&plain, "left")).await, json!({"Error": ""}));
     assert_eq!(post_verb(&c, "bind", &bind_args(&beside, "right")).await, json!({"Error": ""}));
+    // What the extender asked of the API server during the binds (the claim read among them) is
+    // what its RBAC grants.
+    let binds = c.api.requests().split_off(before);
+    assert!(binds.iter().any(|r| r.resource == "resourceclaims" && r.name.as_deref() == Some("beside-nic")));
+    common::rbac::assert_granted(&binds, &["base/scheduler-extender/rbac.yaml"]);
     let gpus =
         |pod: &Pod| GpuDecision::from_annotation(annotation(pod, GPU_DECISION_ANNOTATION).unwrap()).unwrap().gpus;
     assert_eq!(gpus(&stored(&c, "plain").await), [0, 1], "without a claim: the best-effort pair, lowest first");
