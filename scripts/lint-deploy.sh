@@ -134,6 +134,10 @@ TARGETS=(
   "base+sriov|base|sriov"
   "base+extender-cert-manager|base|extender-cert-manager"
   "base+webhook+network-policies|base|webhook network-policies"
+  "base+nic-dra|base|nic-dra"
+  "base+dns|base|dns"
+  "base+dranet-profile-provider|base|dranet-profile-provider"
+  "base+nic-dra+dns+dranet-profile-provider|base|nic-dra dns dranet-profile-provider"
 )
 RENDERED=()
 for t in "${TARGETS[@]}"; do
@@ -187,15 +191,28 @@ HELM_TARGETS=(
   "helm:base+extender-cert-manager|base+extender-cert-manager|weft-system|{extender: {certManager: {enabled: true}}}"
   "helm:base+webhook+network-policies|base+webhook+network-policies|weft-system|
     {webhook: {enabled: true}, networkPolicies: {enabled: true}}"
+  "helm:base+nic-dra|base+nic-dra|weft-system|{agent: {nicDra: {enabled: true}}}"
+  "helm:base+dns|base+dns|weft-system|{dns: {enabled: true}}"
+  "helm:base+dranet-profile-provider|base+dranet-profile-provider|weft-system|
+    {controller: {dranetProfileProvider: {enabled: true}}}"
+  "helm:base+nic-dra+dns+dranet-profile-provider|base+nic-dra+dns+dranet-profile-provider|weft-system|
+    {agent: {nicDra: {enabled: true}}, dns: {enabled: true}, controller: {dranetProfileProvider: {enabled: true}}}"
+  # The NIC DRA driver (which excludes agent.sriov) with its optional values, in another namespace.
+  "helm:nic-dra+dns@gpu-infra|-|gpu-infra|{imagePullSecrets: [{name: registry}],
+    agent: {nicDra: {enabled: true, offeredPhysnets: [physnet2], physnets: \"physnets:\\n  - name: physnet2\\n    devices: [ens1f0]\\n\"}},
+    dns: {enabled: true, zone: vertex.example, etcd: {image: registry.example.com/etcd:v3.6.4},
+      coredns: {image: registry.example.com/coredns:v1.12.1, replicas: 3}},
+    controller: {dranetProfileProvider: {enabled: true}}}"
   # Every toggle and optional value, in another namespace: no object may still name weft-system.
   "helm:everything@gpu-infra|-|gpu-infra|{namespace: {create: true}, logLevel: debug,
     image: {digest: sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef},
-    imagePullSecrets: [{name: registry}], controller: {extraArgs: [--lease-duration=15]},
+    imagePullSecrets: [{name: registry}], controller: {extraArgs: [--lease-duration=15], dranetProfileProvider: {enabled: true}},
     extender: {pathPrefix: /weft, logLevel: info, extraArgs: [--request-timeout-ms=2000], certManager: {enabled: true}},
     agent: {nodeSelector: {nvidia.com/gpu.present: \"true\"}, gpuPlugin: {enabled: true, resourceName: weft.io/gpu,
       deviceListStrategy: cdi}, nvidiaRuntime: {enabled: true}, sriov: {enabled: true, cniBinDir: /home/kubernetes/bin}},
     webhook: {enabled: true, schedulerName: volcano, certManager: {enabled: true}},
-    networkPolicies: {enabled: true, controlPlaneCIDRs: [10.0.0.0/24, 10.0.1.0/24]}}"
+    networkPolicies: {enabled: true, controlPlaneCIDRs: [10.0.0.0/24, 10.0.1.0/24]},
+    dns: {enabled: true}}"
 )
 log "helm lint --strict and render: $CHART (${#HELM_TARGETS[@]} value sets)"
 "$PY" - "$ROOT" "$WORK" "$CHART" "$K8S_VERSION" "${HELM_TARGETS[@]}" <<'PY' \
@@ -303,6 +320,9 @@ with helm.Chart.load(CHART_DIR) as chart:
         ({"extender": {"replicas": "3"}}, "replicas", "a string for extender.replicas"),
         ({"webhook": {"certManager": {"enabled": True}}}, "needs webhook.enabled",
          "webhook.certManager.enabled without webhook.enabled"),
+        ({"agent": {"sriov": {"enabled": True}, "nicDra": {"enabled": True}}}, "exclude each other",
+         "agent.sriov and agent.nicDra together"),
+        ({"dns": {"etcd": {"imag": "etcd:1"}}}, "imag", "an unknown key in dns.etcd"),
     ]
     for values, expect, what in refusals:
         try:
@@ -400,12 +420,30 @@ checked = 0
 
 # Components whose pods may run as root, and why (docs/deploy.md).
 ROOT_ALLOWED = {("DaemonSet", "weft-agent")}
+# Workloads whose pods may use the host's network namespace, only while a container runs with the
+# given flag, and why (docs/deploy.md, "Security defaults"): the node agent with the nic-dra
+# component (weft's NIC DRA driver sets VLANs through the PF and moves VFs, which are in the host's
+# network namespace). hostPID and hostIPC: nobody.
+HOST_NETWORK_ALLOWED = {("DaemonSet", "weft-agent"): "--nic-dra"}
+# The capabilities a container may add to drop ALL, per (kind, workload, container), with the flag
+# its arguments must hold for them (None: always), and why (docs/deploy.md, "Security defaults");
+# every other container adds none:
+#   - the node agent with the nic-dra component: NET_ADMIN (VLAN through the PF; moving, renaming,
+#     addressing the VF) and SYS_ADMIN (setns(2) into the pod's network namespace for its netlink
+#     calls there);
+#   - the dns component's CoreDNS: NET_BIND_SERVICE, which its image's file capability needs in the
+#     bounding set for the kernel to execute it at all (the one Pod Security `restricted` admits).
+CAPS_ALLOWED = {
+    ("DaemonSet", "weft-agent", "agent"): ({"NET_ADMIN", "SYS_ADMIN"}, "--nic-dra"),
+    ("Deployment", "weft-dns-coredns", "coredns"): ({"NET_BIND_SERVICE"}, None),
+}
 # One ClusterRole per component, named after it and bound to the ServiceAccount of the same name.
 COMPONENT_ROLES = {"weft-scheduler-extender", "weft-controller", "weft-agent", "weft-webhook"}
 CLUSTER_SCOPED = {
     "Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "PriorityClass",
     "RuntimeClass", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
     "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "StorageClass", "ClusterIssuer",
+    "DeviceClass",
 }
 WORKLOADS = {"Deployment", "DaemonSet", "StatefulSet", "Job"}
 
@@ -545,8 +583,12 @@ def check_workload(where, obj):
         err(where, "pod securityContext.seccompProfile.type must be RuntimeDefault")
     if "automountServiceAccountToken" not in spec:
         err(where, "set automountServiceAccountToken explicitly (true only where the code calls the API)")
-    if spec.get("hostNetwork") or spec.get("hostPID") or spec.get("hostIPC"):
-        err(where, "host namespaces are not allowed")
+    if spec.get("hostPID") or spec.get("hostIPC"):
+        err(where, "host PID and IPC namespaces are not allowed")
+    if spec.get("hostNetwork"):
+        flag = HOST_NETWORK_ALLOWED.get((kind, name))
+        if not flag or not any(flag in (c.get("args") or []) for c in spec.get("containers") or []):
+            err(where, "the host network namespace is not allowed (HOST_NETWORK_ALLOWED)")
     for init, c in [(True, c) for c in spec.get("initContainers") or []] + \
                    [(False, c) for c in spec.get("containers") or []]:
         cw = f"{where} container {c.get('name')}"
@@ -559,8 +601,13 @@ def check_workload(where, obj):
             err(cw, "privileged containers are not allowed")
         if "ALL" not in ((sc.get("capabilities") or {}).get("drop") or []):
             err(cw, "securityContext.capabilities.drop must include ALL")
-        if (sc.get("capabilities") or {}).get("add"):
-            err(cw, "no capabilities may be added")
+        added = set((sc.get("capabilities") or {}).get("add") or [])
+        allowed, flag = CAPS_ALLOWED.get((kind, name, c.get("name")), (set(), None))
+        if flag and flag not in (c.get("args") or []):
+            allowed = set()
+        extra = added - allowed
+        if extra:
+            err(cw, f"capabilities {sorted(extra)} may not be added (CAPS_ALLOWED)")
         if not root_ok and sc.get("runAsNonRoot") is False:
             err(cw, "runAsNonRoot must not be false")
         res = c.get("resources") or {}

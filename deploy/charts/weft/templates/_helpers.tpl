@@ -88,4 +88,7 @@ topologySpreadConstraints:
 {{- if and .Values.webhook.certManager.enabled (not .Values.webhook.enabled) -}}
 {{- fail "webhook.certManager.enabled needs webhook.enabled: true (the certificate is the webhook's)" -}}
 {{- end -}}
+{{- if and .Values.agent.sriov.enabled .Values.agent.nicDra.enabled -}}
+{{- fail "agent.sriov.enabled and agent.nicDra.enabled exclude each other: both bring the ConfigMap weft-physnets; to run both on a node, use the nic-dra component with --sriov-plugin and --nic-dra-physnet (docs/deploy.md, NumaNetwork components)" -}}
+{{- end -}}
 {{- end }}
