@@ -34,8 +34,17 @@ fn wait_exit(mut child: Child) -> Option<ExitStatus> {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_agent_publishes_its_vfs_registers_and_prepares_claims() {
+/// The fake API server (with the NetworkAddress CRD) and a node: a kubeconfig, a fake sysfs with
+/// one PF `pf` and `vfs` VFs (0000:3b:00.2 on), and a GPU-less topology file.
+struct Node {
+    api: FakeApiServer,
+    dir: tempfile::TempDir,
+    kubeconfig: std::path::PathBuf,
+    sysfs: std::path::PathBuf,
+    topology: std::path::PathBuf,
+}
+
+async fn node(pf: &str, vfs: u32) -> Node {
     let api = FakeApiServer::start().await;
     api.insert_typed(&NetworkAddress::crd()).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -43,12 +52,18 @@ async fn the_agent_publishes_its_vfs_registers_and_prepares_claims() {
     api.write_kubeconfig(&kubeconfig).unwrap();
     let sysfs = dir.path().join("host");
     let tree = FakeSriovTree::new(&sysfs);
-    tree.pf("0000:3b:00.0", &["0000:3a:00.0"], "wnd9pf0", 0).link("wnd9pf0", "up", 25_000);
-    for i in 0..3 {
+    tree.pf("0000:3b:00.0", &["0000:3a:00.0"], pf, 0).link(pf, "up", 25_000);
+    for i in 0..vfs {
         tree.vf("0000:3b:00.0", i, &format!("0000:3b:00.{}", i + 2), None);
     }
     let topology = dir.path().join("node.yaml");
     std::fs::write(&topology, "apiVersion: weft.io/v1alpha1\nkind: NodeTopology\ngpus: []\n").unwrap();
+    Node { api, dir, kubeconfig, sysfs, topology }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_publishes_its_vfs_registers_and_prepares_claims() {
+    let Node { api, dir, kubeconfig, sysfs, topology } = node("wnd9pf0", 3).await;
     let (plugins, registry) = (dir.path().join("plugins"), dir.path().join("plugins_registry"));
     let child = Command::new(env!("CARGO_BIN_EXE_weft"))
         .args(["agent", "--node=n1", "--mode=off", "--publish-topology=false", "--ops-listen=127.0.0.1:0", "--nic-dra"])
@@ -116,19 +131,7 @@ async fn the_agent_publishes_its_vfs_registers_and_prepares_claims() {
 /// DRA driver's, the device plugin serves the others; without the flag the agent refuses to start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_sriov_plugin_the_physnets_are_split_between_the_two() {
-    let api = FakeApiServer::start().await;
-    api.insert_typed(&NetworkAddress::crd()).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    api.write_kubeconfig(&kubeconfig).unwrap();
-    let sysfs = dir.path().join("host");
-    let tree = FakeSriovTree::new(&sysfs);
-    tree.pf("0000:3b:00.0", &["0000:3a:00.0"], "wnd8pf0", 0).link("wnd8pf0", "up", 25_000);
-    for i in 0..4 {
-        tree.vf("0000:3b:00.0", i, &format!("0000:3b:00.{}", i + 2), None);
-    }
-    let topology = dir.path().join("node.yaml");
-    std::fs::write(&topology, "apiVersion: weft.io/v1alpha1\nkind: NodeTopology\ngpus: []\n").unwrap();
+    let Node { api, dir, kubeconfig, sysfs, topology } = node("wnd8pf0", 4).await;
     let device_plugins = dir.path().join("device-plugins");
     std::fs::create_dir_all(&device_plugins).unwrap();
     let agent = |extra: &[&str]| {
