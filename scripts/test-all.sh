@@ -8,8 +8,9 @@ cd "$(dirname "$0")/.."
 log() { printf '\n==> %s\n' "$*"; }
 
 # System packages the tests need. The GPU topology engine needs none; later subsystems add theirs here
-# (etcd-server, nats-server, containernetworking-plugins, iproute2).
-NEEDED_DEBS=(containernetworking-plugins iproute2 etcd-server)
+# (etcd-server, nats-server, dnsmasq-base, libibverbs-dev to link the RDMA feature,
+# containernetworking-plugins, iproute2).
+NEEDED_DEBS=(containernetworking-plugins iproute2 etcd-server nats-server dnsmasq-base libibverbs-dev)
 if [ "${#NEEDED_DEBS[@]}" -gt 0 ]; then
   missing=()
   for p in "${NEEDED_DEBS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
@@ -33,11 +34,14 @@ cargo --version
 log "cargo fmt --check"
 cargo fmt --all --check
 
-log "cargo clippy (workspace, all targets, NVML feature on)"
-cargo clippy --workspace --all-targets --features weft/nvml --locked -- -D warnings
+log "cargo clippy (workspace, all targets, NVML, RDMA and GPU features on)"
+cargo clippy --workspace --all-targets --features weft/nvml,weft-transport/rdma,weft-transport/gpu --locked -- -D warnings
 
 log "deploy manifests (hadolint, yamllint, kustomize and Helm renders, Kubernetes 1.34 schema validation, chart = kustomize)"
 bash scripts/lint-deploy.sh
 
 log "cargo test (workspace)"
-cargo test --workspace --locked --no-fail-fast
+cargo test --workspace --features weft-transport/rdma,weft-transport/gpu --locked --no-fail-fast
+
+log "weft-transport's side-by-side bench, quick smoke run (real nats-server; every path checked for loss and duplicates)"
+cargo test -p weft-transport --bench transport --locked
