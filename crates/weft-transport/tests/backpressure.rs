@@ -31,16 +31,20 @@ fn config(on_full: OnFull, messages: usize, bytes: usize) -> SenderConfig {
     SenderConfig { on_full, in_flight: InFlightLimit { messages, bytes }, ..SenderConfig::default() }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retry_until_success_blocks_send_until_an_ack_makes_room() {
+/// A gated receiver (closed gate) and a sender to it with `on_full` and an in-flight window of
+/// `messages` and `bytes`. The receiver is returned so it lives as long as the test.
+async fn gated(on_full: OnFull, messages: usize, bytes: usize) -> (Arc<Semaphore>, Recorder, Receiver, Sender) {
     let gate = Arc::new(Semaphore::new(0));
     let rec = Recorder::default();
     let receiver = gated_receiver(&rec, &gate).await;
-    let sender = Sender::new(
-        TcpBackend::default(),
-        StaticPeers::new([receiver.local_addr()]),
-        config(OnFull::RetryUntilSuccess, 4, usize::MAX),
-    );
+    let sender =
+        Sender::new(TcpBackend::default(), StaticPeers::new([receiver.local_addr()]), config(on_full, messages, bytes));
+    (gate, rec, receiver, sender)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_until_success_blocks_send_until_an_ack_makes_room() {
+    let (gate, rec, _receiver, sender) = gated(OnFull::RetryUntilSuccess, 4, usize::MAX).await;
     let mut handles = Vec::new();
     for i in 0..4 {
         handles.push(sender.send(msg(format!("m{i}"), 100)).await.expect("send"));
@@ -62,14 +66,7 @@ async fn retry_until_success_blocks_send_until_an_ack_makes_room() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn discard_latest_drops_counts_and_says_so_when_full() {
-    let gate = Arc::new(Semaphore::new(0));
-    let rec = Recorder::default();
-    let receiver = gated_receiver(&rec, &gate).await;
-    let sender = Sender::new(
-        TcpBackend::default(),
-        StaticPeers::new([receiver.local_addr()]),
-        config(OnFull::DiscardLatest, 4, usize::MAX),
-    );
+    let (gate, rec, _receiver, sender) = gated(OnFull::DiscardLatest, 4, usize::MAX).await;
     let mut handles = Vec::new();
     for i in 0..4 {
         handles.push(sender.send(msg(format!("m{i}"), 100)).await.expect("send"));
@@ -94,15 +91,8 @@ async fn discard_latest_drops_counts_and_says_so_when_full() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_byte_bound_blocks_like_the_count() {
-    let gate = Arc::new(Semaphore::new(0));
-    let rec = Recorder::default();
-    let receiver = gated_receiver(&rec, &gate).await;
     // Three 3000-byte payloads (plus headers) fit in 10000 bytes; a fourth does not.
-    let sender = Sender::new(
-        TcpBackend::default(),
-        StaticPeers::new([receiver.local_addr()]),
-        config(OnFull::RetryUntilSuccess, 100, 10_000),
-    );
+    let (gate, _rec, _receiver, sender) = gated(OnFull::RetryUntilSuccess, 100, 10_000).await;
     let mut handles = Vec::new();
     for i in 0..3 {
         handles.push(sender.send(msg(format!("m{i}"), 3000)).await.expect("send"));
