@@ -45,6 +45,21 @@ impl Gate {
     }
 }
 
+/// A receiver whose handler records each message, then waits at `gate`.
+async fn gated_receiver(rec: &Recorder, gate: &Gate) -> Receiver {
+    let (rec, gate) = (rec.clone(), gate.clone());
+    Receiver::bind(&TcpBackend::default(), loopback(), ReceiverConfig::default(), move |m: Message| {
+        let (rec, gate) = (rec.clone(), gate.clone());
+        async move {
+            rec.record(m);
+            gate.pass().await;
+            Ok::<(), String>(())
+        }
+    })
+    .await
+    .expect("bind")
+}
+
 async fn wait_links(sender: &Sender, n: usize) {
     guard(&format!("{n} links up"), sender.wait_for_links(n)).await;
     assert_eq!(sender.stats().links.len(), n);
@@ -126,19 +141,7 @@ async fn least_outstanding_sends_past_a_busy_peer() {
     // robin would give A every second message).
     let gate = Gate::closed();
     let rec_a = Recorder::default();
-    let a = {
-        let (rec, gate) = (rec_a.clone(), gate.clone());
-        Receiver::bind(&TcpBackend::default(), loopback(), ReceiverConfig::default(), move |m: Message| {
-            let (rec, gate) = (rec.clone(), gate.clone());
-            async move {
-                rec.record(m);
-                gate.pass().await;
-                Ok::<(), String>(())
-            }
-        })
-        .await
-        .expect("bind a")
-    };
+    let a = gated_receiver(&rec_a, &gate).await;
     let rec_b = Recorder::default();
     let b = recording_receiver(&rec_b).await;
     let sender = Sender::new(
@@ -216,19 +219,7 @@ async fn a_resent_id_reaches_the_handler_once() {
 async fn a_duplicate_of_a_running_message_waits_for_its_outcome() {
     let gate = Gate::closed();
     let rec = Recorder::default();
-    let receiver = {
-        let (rec, gate) = (rec.clone(), gate.clone());
-        Receiver::bind(&TcpBackend::default(), loopback(), ReceiverConfig::default(), move |m: Message| {
-            let (rec, gate) = (rec.clone(), gate.clone());
-            async move {
-                rec.record(m);
-                gate.pass().await;
-                Ok::<(), String>(())
-            }
-        })
-        .await
-        .expect("bind")
-    };
+    let receiver = gated_receiver(&rec, &gate).await;
     let sender = Sender::new(TcpBackend::default(), StaticPeers::new([receiver.local_addr()]), fast_config());
     let first = sender.send(msg("x", 10)).await.expect("send");
     let second = sender.send(msg("x", 10)).await.expect("send");
