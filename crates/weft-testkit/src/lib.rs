@@ -5,6 +5,7 @@
 
 pub mod controller;
 pub mod netns;
+pub mod process;
 pub mod rbac;
 
 use k8s_openapi::api::core::v1::{Node, Pod};

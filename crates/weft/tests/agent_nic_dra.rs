@@ -5,7 +5,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -19,19 +18,9 @@ use weft_topology::discover::FakeSriovTree;
 /// Longest a step may take (a hang guard, not a measurement).
 const HANG_GUARD: Duration = Duration::from_secs(60);
 
-fn wait_exit(mut child: Child) -> Option<ExitStatus> {
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait());
-    });
-    match rx.recv_timeout(HANG_GUARD) {
-        Ok(status) => Some(status.unwrap()),
-        Err(_) => {
-            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
-            None
-        }
-    }
+/// Waits for `child` to exit, at most [`HANG_GUARD`].
+fn wait_exit(child: Child) -> Option<ExitStatus> {
+    weft_testkit::process::wait_exit(child, HANG_GUARD)
 }
 
 /// The fake API server (with the NetworkAddress CRD) and a node: a kubeconfig, a fake sysfs with

@@ -17,19 +17,8 @@ fn weft() -> Command {
 }
 
 /// Waits for `child` to exit, at most [`HANG_GUARD`].
-fn wait_exit(mut child: Child) -> Option<ExitStatus> {
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait());
-    });
-    match rx.recv_timeout(HANG_GUARD) {
-        Ok(status) => Some(status.unwrap()),
-        Err(_) => {
-            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
-            None
-        }
-    }
+fn wait_exit(child: Child) -> Option<ExitStatus> {
+    weft_testkit::process::wait_exit(child, HANG_GUARD)
 }
 
 fn sigterm(pid: u32) {
