@@ -12,7 +12,8 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::ResourceExt;
 use weft_pipeline::domain::{
-    PIPELINE_NAME_LABEL, VERTEX_DOMAINS_ANNOTATION, VERTEX_NAME_LABEL, VertexDomainEntry, label_problem, vertex_domain,
+    PIPELINE_NAME_LABEL, TRANSPORT_PORT_NAME, VERTEX_DOMAINS_ANNOTATION, VERTEX_NAME_LABEL, VertexDomainEntry,
+    label_problem, vertex_domain,
 };
 
 use crate::record::Prefix;
@@ -52,6 +53,38 @@ pub struct Plan {
     pub wanted: Vec<Wanted>,
     /// Entries (or the annotation) refused.
     pub refused: Vec<Refusal>,
+    /// The receiver's port: the container port named [`TRANSPORT_PORT_NAME`], written into the
+    /// records for SRV answers; `None` when no container names one.
+    pub port: Option<u16>,
+}
+
+/// The number of the container port named [`TRANSPORT_PORT_NAME`] (containers and init
+/// containers, whose port names Kubernetes keeps unique across the pod); an error when it is not
+/// a TCP port number.
+pub fn transport_port(pod: &Pod) -> Result<Option<u16>, Refusal> {
+    let Some(spec) = pod.spec.as_ref() else {
+        return Ok(None);
+    };
+    let containers = spec.containers.iter().chain(spec.init_containers.iter().flatten());
+    let Some(port) =
+        containers.flat_map(|c| c.ports.iter().flatten()).find(|p| p.name.as_deref() == Some(TRANSPORT_PORT_NAME))
+    else {
+        return Ok(None);
+    };
+    let bad = |why: String| Refusal { reason: "BadTransportPort", message: why };
+    if port.protocol.as_deref().is_some_and(|p| p != "TCP") {
+        return Err(bad(format!(
+            "container port '{TRANSPORT_PORT_NAME}' is {}, not TCP; records carry no port",
+            port.protocol.as_deref().unwrap_or_default()
+        )));
+    }
+    match u16::try_from(port.container_port) {
+        Ok(n) if n > 0 => Ok(Some(n)),
+        _ => Err(bad(format!(
+            "container port '{TRANSPORT_PORT_NAME}' is {}, not a port number (1-65535); records carry no port",
+            port.container_port
+        ))),
+    }
 }
 
 /// Whether the pod is Ready and not being deleted.
@@ -96,6 +129,10 @@ pub fn plan(pod: &Pod, prefix: &Prefix, zone: &str) -> Plan {
         });
         return plan;
     };
+    match transport_port(pod) {
+        Ok(port) => plan.port = port,
+        Err(refusal) => plan.refused.push(refusal),
+    }
     for entry in entries {
         match vertex_domain(vertex, &entry.network, pipeline, &namespace, zone) {
             Ok(domain) if domain == entry.domain => {
@@ -256,6 +293,31 @@ mod tests {
         // Another zone is another domain.
         let other = super::plan(&p, &prefix(), "example.org");
         assert!(other.wanted.is_empty() && other.refused.len() == 3);
+    }
+
+    #[test]
+    fn the_transport_port_comes_from_the_named_container_port() {
+        let entries = json!([{"network": "net-a", "domain": "inference.net-a.video.default.vertexdomain.local", "claim": "net-a-rct"}]);
+        let mut p = pod(entries.clone(), true);
+        assert_eq!(plan(&p, &prefix(), ZONE).port, None, "no named port: records carry none");
+        p.spec.as_mut().unwrap().containers = serde_json::from_value(json!([
+            {"name": "numa", "ports": [{"name": "metrics", "containerPort": 2469}]},
+            {"name": "udf", "ports": [{"name": TRANSPORT_PORT_NAME, "containerPort": 7001, "protocol": "TCP"}]},
+        ]))
+        .unwrap();
+        let got = plan(&p, &prefix(), ZONE);
+        assert_eq!((got.port, got.wanted.len()), (Some(7001), 1));
+        p.spec.as_mut().unwrap().containers[1].ports.as_mut().unwrap()[0].protocol = Some("UDP".into());
+        let got = plan(&p, &prefix(), ZONE);
+        assert_eq!(got.port, None);
+        assert_eq!(got.wanted.len(), 1, "the record is still written, without a port");
+        assert_eq!(got.refused.len(), 1);
+        assert_eq!(got.refused[0].reason, "BadTransportPort");
+        assert!(got.refused[0].message.contains("UDP"), "{:?}", got.refused);
+        p.spec.as_mut().unwrap().containers[1].ports.as_mut().unwrap()[0] =
+            serde_json::from_value(json!({"name": TRANSPORT_PORT_NAME, "containerPort": 70000})).unwrap();
+        let got = plan(&p, &prefix(), ZONE);
+        assert!(got.port.is_none() && got.refused[0].message.contains("70000"), "{:?}", got.refused);
     }
 
     #[test]

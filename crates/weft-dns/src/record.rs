@@ -4,7 +4,8 @@
 //!   `/skydns/local/vertexdomain/default/video/net-a/inference/video-inference-0-x7k2p`. CoreDNS
 //!   answers a query for the domain with a prefix Get on `<prefix>/…/inference/`, so every pod of
 //!   the vertex is one A (or AAAA) record of the name.
-//! - **Value**: the SkyDNS service JSON CoreDNS decodes (`host`, `ttl`), plus `weft`, the owner
+//! - **Value**: the SkyDNS service JSON CoreDNS decodes (`host`, `ttl`, and `port` when the pod
+//!   names its transport port, which CoreDNS serves in SRV answers), plus `weft`, the owner
 //!   marker. Go's `encoding/json` skips fields the struct does not declare, so CoreDNS never sees
 //!   it; `msg.Service` declares `host`, `port`, `priority`, `weight`, `text`, `mail`, `ttl`,
 //!   `targetstrip`, `group`, none of them `weft`.
@@ -94,6 +95,9 @@ pub struct Record {
     pub host: String,
     /// Seconds.
     pub ttl: u32,
+    /// The receiver's port, for SRV answers (CoreDNS: `port`); absent when the pod names none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
     /// The owner marker.
     pub weft: Owner,
 }
@@ -101,7 +105,13 @@ pub struct Record {
 impl Record {
     /// The record of `ip`.
     pub fn new(ip: IpAddr, ttl: u32, owner: Owner) -> Record {
-        Record { host: ip.to_string(), ttl, weft: owner }
+        Record { host: ip.to_string(), ttl, port: None, weft: owner }
+    }
+
+    /// The record with the receiver's `port` (SRV), or none.
+    pub fn with_port(mut self, port: Option<u16>) -> Record {
+        self.port = port;
+        self
     }
 
     /// The JSON stored in etcd.
@@ -158,6 +168,8 @@ mod tests {
                 "weft": {"owner": "r1", "namespace": "default", "pod": "p-0", "podUID": "u1"}})
         );
         assert_eq!(owner_of(&r.to_bytes()), Some(owner()));
+        let v: serde_json::Value = serde_json::from_slice(&r.with_port(Some(7000)).to_bytes()).unwrap();
+        assert_eq!(v["port"], 7000, "CoreDNS's SRV port field");
     }
 
     #[test]

@@ -185,7 +185,7 @@ impl<S: RecordStore> Reconciler<Pod> for Registrar<S> {
                 })?;
                 match claim.as_ref().map(|c| claim_address(c, &self.settings.drivers)) {
                     Some(ClaimAddress::Ip(ip)) => {
-                        let record = Record::new(ip, self.settings.ttl, self.owner(&pod));
+                        let record = Record::new(ip, self.settings.ttl, self.owner(&pod)).with_port(plan.port);
                         desired.insert(w.key.clone(), record.to_bytes());
                     }
                     Some(ClaimAddress::NotYet) | None => waiting = true,

@@ -11,13 +11,13 @@ use std::time::Duration;
 
 use kube::api::{Api, DeleteParams};
 use serde_json::{Value, json};
-use support::{Etcd, coredns_lookup, guard, until};
+use support::{Etcd, coredns_lookup, coredns_srv, guard, until};
 use tokio_util::sync::CancellationToken;
 use weft_dns::record::{Owner, Prefix, Record};
 use weft_dns::{DnsSettings, EtcdStore, RecordStore};
 use weft_fakeapi::{FakeApiServer, Verb};
 use weft_kube::controller::{Context, ControllerMetrics};
-use weft_pipeline::domain::{PIPELINE_NAME_LABEL, VERTEX_DOMAINS_ANNOTATION, VERTEX_NAME_LABEL};
+use weft_pipeline::domain::{PIPELINE_NAME_LABEL, TRANSPORT_PORT_NAME, VERTEX_DOMAINS_ANNOTATION, VERTEX_NAME_LABEL};
 use weft_testkit::controller::fast_settings;
 
 const NS: &str = "default";
@@ -169,6 +169,26 @@ async fn a_ready_pod_gets_its_record_and_loses_it_when_it_stops_being_ready() {
     let requests = server.requests();
     weft_testkit::rbac::assert_granted(&requests, &["base/controller/rbac.yaml"]);
     assert!(requests.iter().any(|r| r.verb == Verb::Get && r.resource == "resourceclaims"));
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn a_named_transport_port_is_served_in_srv_answers() {
+    let Some(etcd) = Etcd::start().await else { return };
+    let store = etcd.store();
+    let server = FakeApiServer::start().await;
+    server.insert(claim("video-inference-0-a", Some("192.168.10.7"))).unwrap();
+    let mut p = pod("video-inference-0-a", "inference", true, json!([entry("net-a", DOMAIN)]));
+    p["spec"]["containers"][0]["ports"] = json!([{"name": TRANSPORT_PORT_NAME, "containerPort": 7001}]);
+    server.insert(p).unwrap();
+    let running = start(&server, settings(&etcd));
+
+    until("the record", || async { answers(&store, DOMAIN).await.len() == 1 }).await;
+    assert_eq!(
+        coredns_srv(&store, "/skydns", DOMAIN).await.unwrap(),
+        [(format!("video-inference-0-a.{DOMAIN}."), 7001, "192.168.10.7".parse().unwrap())],
+        "one SRV target per pod, at the pod's port, its address in the additional section"
+    );
     running.stop().await;
 }
 

@@ -20,6 +20,10 @@ pub const VERTEX_DOMAIN_ENV: &str = "VERTEX_DOMAIN";
 /// Environment variable with the domains of the vertices this vertex sends to over `direct`
 /// edges, comma-separated.
 pub const VERTEX_DOMAIN_TARGETS_ENV: &str = "VERTEX_DOMAIN_TARGETS";
+/// The container port name a vertex pod gives weft-transport's receiver. When a container
+/// declares a port of this name, the DNS registrar writes its number into the pod's records,
+/// and CoreDNS serves it in SRV answers; without it receivers use weft-transport's default port.
+pub const TRANSPORT_PORT_NAME: &str = "weft-transport";
 /// Numaflow's pod label naming the pipeline.
 pub const PIPELINE_NAME_LABEL: &str = "numaflow.numaproj.io/pipeline-name";
 /// Numaflow's pod label naming the vertex.

@@ -10,7 +10,7 @@
 //! | offset | size | field |
 //! |-------:|-----:|-------|
 //! | 0 | 1 | version, [`VERSION`] (1) |
-//! | 1 | 1 | kind: 1 hello, 2 data, 3 ack, 4 nack, 5 watermark |
+//! | 1 | 1 | kind: 1 hello, 2 data, 3 ack, 4 nack, 5 watermark, 6 alive |
 //!
 //! A *string* below is a `u16` byte length followed by that many bytes of UTF-8; a *long string*
 //! has a `u32` length. Only data frames have a payload; the others carry an empty one.
@@ -53,6 +53,11 @@
 //! |-------:|-----:|-------|
 //! | 2 | 8 | watermark (`i64`) |
 //!
+//! **Alive** (receiver → sender): nothing but the two leading bytes. A receiver sends it when it
+//! has written nothing else on a link for a while, so a sender can tell a receiver that is slow
+//! (its handlers run, it still speaks) from one that hangs or is stopped (silent), and fail a
+//! silent link rather than wait on it for ever.
+//!
 //! Decoding checks every length against what is left, rejects trailing bytes, unknown kinds and
 //! versions, invalid UTF-8 and an empty id, and says which field at which offset was wrong; it
 //! never panics on any input.
@@ -77,6 +82,7 @@ const KIND_DATA: u8 = 2;
 const KIND_ACK: u8 = 3;
 const KIND_NACK: u8 = 4;
 const KIND_WATERMARK: u8 = 5;
+const KIND_ALIVE: u8 = 6;
 
 /// Bytes of a data header before the id: version, kind, flags, sequence, event time, watermark.
 const DATA_FIXED: usize = 28;
@@ -138,6 +144,8 @@ pub enum Control {
     Nack { seqs: Vec<u64>, reason: String },
     /// The sender's watermark, sent when no data carries it.
     Watermark { watermark: i64 },
+    /// The receiver is alive (it had nothing else to send for a while).
+    Alive,
 }
 
 /// A header that cannot be encoded: a field over its size limit.
@@ -247,6 +255,13 @@ pub fn encode_watermark(out: &mut BytesMut, watermark: i64) {
     out.put_i64_le(watermark);
 }
 
+/// Encodes an alive header.
+pub fn encode_alive(out: &mut BytesMut) {
+    out.reserve(2);
+    out.put_u8(VERSION);
+    out.put_u8(KIND_ALIVE);
+}
+
 /// Decodes a frame: its header, and for a data frame the payload becomes the message's payload
 /// (no copy). A control frame with a non-empty payload is an error.
 pub fn decode(header: &[u8], payload: Bytes) -> Result<Control, DecodeError> {
@@ -328,6 +343,7 @@ pub fn decode(header: &[u8], payload: Bytes) -> Result<Control, DecodeError> {
             }
         }
         KIND_WATERMARK => Control::Watermark { watermark: r.i64("watermark")? },
+        KIND_ALIVE => Control::Alive,
         other => {
             return Err(r.error_at("kind", 1, format!("unknown kind {other}")));
         }
@@ -468,6 +484,7 @@ impl fmt::Display for Control {
             Control::Ack { seqs } => write!(f, "ack of {} messages", seqs.len()),
             Control::Nack { seqs, .. } => write!(f, "nack of {} messages", seqs.len()),
             Control::Watermark { watermark } => write!(f, "watermark {watermark}"),
+            Control::Alive => write!(f, "alive"),
         }
     }
 }
@@ -538,6 +555,18 @@ mod tests {
         out.clear();
         encode_watermark(&mut out, -1);
         assert_eq!(decode(&out, Bytes::new()), Ok(Control::Watermark { watermark: -1 }));
+        out.clear();
+        encode_alive(&mut out);
+        assert_eq!(&out[..], &[VERSION, 6], "alive is the version and kind 6, nothing more");
+        assert_eq!(decode(&out, Bytes::new()), Ok(Control::Alive));
+    }
+
+    #[test]
+    fn alive_frames_carry_nothing() {
+        let e = decode(&[VERSION, 6, 0], Bytes::new()).expect_err("trailing byte");
+        assert_eq!((e.field, e.offset), ("end of header", 2));
+        let e = decode(&[VERSION, 6], Bytes::from_static(b"x")).expect_err("payload");
+        assert!(e.to_string().contains("only data frames"), "{e}");
     }
 
     #[test]

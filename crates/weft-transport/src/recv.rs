@@ -8,6 +8,13 @@
 //!   handler error is sent back as a nack and the sender delivers the message again (after
 //!   [`crate::SenderConfig::redeliver_delay`], to another receiver when there is one). Acks are
 //!   batched: whatever is ready when the link's writer wakes goes in one frame.
+//! - **Hung handlers.** A handler that has not finished after
+//!   [`ReceiverConfig::handler_timeout`] (default 5 minutes) is cancelled (its future is
+//!   dropped) and the message is nacked, so the sender delivers it again instead of waiting on
+//!   it for ever. Work the handler spawned elsewhere is not stopped.
+//! - **Liveness.** A link on which the receiver wrote nothing for
+//!   [`ReceiverConfig::alive_interval`] gets an alive frame, so a sender can tell a slow receiver
+//!   from a hung or stopped one ([`crate::SenderConfig::silence_timeout`]).
 //! - **Duplicates.** Ids are remembered in a [`DedupWindow`]: a message whose id is done is
 //!   acknowledged again without running the handler; one whose handler is still running waits
 //!   for that outcome. The window keeps [`ReceiverConfig::dedup_capacity`] done ids for at most
@@ -34,10 +41,10 @@ use tokio::task::JoinSet;
 
 use crate::backend::{Backend, FrameListener, FrameReader, FrameWriter};
 use crate::policy::{DedupWindow, Seen, input_watermark};
-use crate::protocol::{Control, Message, NO_WATERMARK, decode, encode_ack, encode_nack};
+use crate::protocol::{Control, Message, NO_WATERMARK, decode, encode_ack, encode_alive, encode_nack};
 
-/// The port receivers listen on unless configured: DNS A records carry no port, so every
-/// receiver of a vertex uses the same one.
+/// The port receivers listen on unless configured, and the port [`crate::DnsPeers`] connects to
+/// when DNS names none (A/AAAA answers, or SRV port 0).
 pub const DEFAULT_PORT: u16 = 7470;
 /// Environment variable with the address to listen on: `ip` (port [`DEFAULT_PORT`]) or
 /// `ip:port`. It should be the pod's address on the second NIC. Unset: all addresses
@@ -76,6 +83,13 @@ pub struct ReceiverConfig {
     pub dedup_ttl: Duration,
     /// How long a sender without links still counts for the watermark.
     pub sender_linger: Duration,
+    /// How long a handler may run before it is cancelled and its message nacked; `None`: no
+    /// limit. Default 5 minutes.
+    pub handler_timeout: Option<Duration>,
+    /// How long a link may go without a frame from this receiver before it sends an alive
+    /// frame. Keep it well under the senders' [`crate::SenderConfig::silence_timeout`].
+    /// Default 2 s.
+    pub alive_interval: Duration,
 }
 
 impl Default for ReceiverConfig {
@@ -85,6 +99,8 @@ impl Default for ReceiverConfig {
             dedup_capacity: 262_144,
             dedup_ttl: Duration::from_secs(60),
             sender_linger: Duration::from_secs(10),
+            handler_timeout: Some(Duration::from_secs(300)),
+            alive_interval: Duration::from_secs(2),
         }
     }
 }
@@ -98,6 +114,8 @@ pub struct ReceiverStats {
     pub handled: u64,
     /// Handlers that returned an error (nacked).
     pub failed: u64,
+    /// Handlers cancelled after [`ReceiverConfig::handler_timeout`] (nacked).
+    pub timed_out: u64,
     /// Duplicates acknowledged without running the handler.
     pub duplicates: u64,
     /// Links accepted so far.
@@ -137,6 +155,7 @@ struct Shared {
     received: AtomicU64,
     handled: AtomicU64,
     failed: AtomicU64,
+    timed_out: AtomicU64,
     duplicates: AtomicU64,
     links_accepted: AtomicU64,
     links_open: AtomicU64,
@@ -164,6 +183,15 @@ impl Receiver {
         if config.concurrency == 0 {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "receiver concurrency must be at least 1"));
         }
+        if config.alive_interval.is_zero() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "receiver alive_interval must be above zero"));
+        }
+        if config.handler_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "receiver handler_timeout must be above zero (None for no limit)",
+            ));
+        }
         let listener = backend.bind(addr).await?;
         let local_addr = listener.local_addr()?;
         let (watermark, _) = watch::channel(NO_WATERMARK);
@@ -176,6 +204,7 @@ impl Receiver {
             received: AtomicU64::new(0),
             handled: AtomicU64::new(0),
             failed: AtomicU64::new(0),
+            timed_out: AtomicU64::new(0),
             duplicates: AtomicU64::new(0),
             links_accepted: AtomicU64::new(0),
             links_open: AtomicU64::new(0),
@@ -222,6 +251,7 @@ impl Receiver {
             received: s.received.load(Ordering::Relaxed),
             handled: s.handled.load(Ordering::Relaxed),
             failed: s.failed.load(Ordering::Relaxed),
+            timed_out: s.timed_out.load(Ordering::Relaxed),
             duplicates: s.duplicates.load(Ordering::Relaxed),
             links_accepted: s.links_accepted.load(Ordering::Relaxed),
             links_open: s.links_open.load(Ordering::Relaxed),
@@ -428,18 +458,28 @@ async fn run_handler<H: Handler>(
     progress: InProgress,
     permit: OwnedSemaphorePermit,
 ) {
-    let result = handler.handle(message).await;
+    let run = handler.handle(message);
+    let result = match shared.config.handler_timeout {
+        Some(limit) => tokio::time::timeout(limit, run).await.map_err(|_| limit),
+        None => Ok(run.await),
+    };
     drop(permit);
     match result {
-        Ok(()) => {
+        Ok(Ok(())) => {
             progress.finish(true);
             shared.handled.fetch_add(1, Ordering::Relaxed);
             let _ = replies.send(Reply::Ack(seq));
         }
-        Err(e) => {
+        Ok(Err(e)) => {
             progress.finish(false);
             shared.failed.fetch_add(1, Ordering::Relaxed);
             let _ = replies.send(Reply::Nack(seq, e.to_string()));
+        }
+        Err(limit) => {
+            progress.finish(false);
+            shared.timed_out.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(?limit, "a handler did not finish in time; cancelled, the message goes back to its sender");
+            let _ = replies.send(Reply::Nack(seq, format!("the handler did not finish within {limit:?}")));
         }
     }
 }
@@ -540,21 +580,35 @@ async fn read_loop<R: FrameReader, H: Handler>(
                 };
                 shared.observe(&from.sender, watermark);
             }
-            other @ (Control::Ack { .. } | Control::Nack { .. }) => {
+            other @ (Control::Ack { .. } | Control::Nack { .. } | Control::Alive) => {
                 return Err(invalid(peer, format!("a sender sent {other}")));
             }
         }
     }
 }
 
-/// Writes acks and nacks, batching whatever is ready into one ack frame.
-async fn reply_loop<W: FrameWriter>(writer: &mut W, replies: &mut mpsc::UnboundedReceiver<Reply>) -> io::Result<()> {
+/// Writes acks and nacks, batching whatever is ready into one ack frame, and an alive frame
+/// when it wrote nothing for `alive`.
+async fn reply_loop<W: FrameWriter>(
+    writer: &mut W,
+    replies: &mut mpsc::UnboundedReceiver<Reply>,
+    alive: Duration,
+) -> io::Result<()> {
     const BATCH: usize = 4096;
     let mut buf = BytesMut::with_capacity(64);
     let mut acks = Vec::with_capacity(64);
     let mut nacks = Vec::new();
     let empty = Bytes::new();
-    while let Some(first) = replies.recv().await {
+    loop {
+        let Ok(first) = tokio::time::timeout(alive, replies.recv()).await else {
+            buf.clear();
+            encode_alive(&mut buf);
+            writer.write_frame(&buf, &empty).await?;
+            continue;
+        };
+        let Some(first) = first else {
+            break;
+        };
         let mut next = Some(first);
         while let Some(reply) = next.take() {
             match reply {
@@ -591,7 +645,7 @@ async fn serve_link<W: FrameWriter, R: FrameReader, H: Handler>(
     let (tx, mut rx) = mpsc::unbounded_channel();
     let outcome = tokio::select! {
         r = read_loop(&mut reader, peer, &shared, &handler, tx) => r,
-        r = reply_loop(&mut writer, &mut rx) => r,
+        r = reply_loop(&mut writer, &mut rx, shared.config.alive_interval) => r,
     };
     shared.links_open.fetch_sub(1, Ordering::Relaxed);
     match outcome {

@@ -13,16 +13,27 @@
 //! - A name with no records (NXDOMAIN or no A/AAAA) is an empty peer set, not an error: the
 //!   vertex has no pods now. Other failures (timeouts, refused) are errors; the sender keeps
 //!   its current peers and retries.
-//! - Records carry no port: every receiver listens on the same one, [`crate::DEFAULT_PORT`]
-//!   unless configured (SRV records are planned).
+//! - **SRV first.** The domain is asked for SRV records; each target is a peer on the record's
+//!   port. CoreDNS's etcd plugin answers SRV for the vertex domain itself: one target per pod
+//!   (`<pod>.<vertex domain>`), the port from the record's `port` (which weft's registrar takes
+//!   from the container port named `weft-transport`), the address in the additional section. A
+//!   port of 0 (no port in the record) means the configured default. Targets whose address is
+//!   not in the additional section are looked up; one that does not resolve is left out. SRV
+//!   priority and weight are not used: every target is a peer and the sender's selection
+//!   policy spreads the load. A target of `.` (RFC 2782: no service) is no peer.
+//! - **A/AAAA otherwise.** When the name has no SRV records, its addresses are the peers, all
+//!   on the configured port ([`crate::DEFAULT_PORT`] unless set).
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use hickory_resolver::TokioResolver;
 use hickory_resolver::config::{NameServerConfigGroup, ResolveHosts, ResolverConfig};
+use hickory_resolver::lookup::SrvLookup;
 use hickory_resolver::name_server::TokioConnectionProvider;
+use hickory_resolver::proto::rr::RData;
+use hickory_resolver::{ResolveError as HickoryError, TokioResolver};
 
 /// Environment variable with the vertex domains this vertex sends to, comma-separated (set by
 /// weft's Pipeline webhook; the same name as `weft_pipeline::VERTEX_DOMAIN_TARGETS_ENV`).
@@ -206,21 +217,91 @@ impl PeerSource for DnsPeers {
     }
 
     async fn resolve(&self) -> Result<PeerSet, ResolveError> {
+        let fail = |e: HickoryError| ResolveError { target: self.domain.clone(), why: e.to_string() };
+        match self.resolver.srv_lookup(self.domain.as_str()).await {
+            Ok(srv) => return self.srv_peers(&srv).await,
+            // The name does not exist: no A/AAAA records either.
+            Err(e) if e.is_nx_domain() => return Ok(no_peers()),
+            // The name exists without SRV records: its addresses are the peers.
+            Err(e) if e.is_no_records_found() => {}
+            Err(e) => return Err(fail(e)),
+        }
         match self.resolver.lookup_ip(self.domain.as_str()).await {
             Ok(lookup) => {
                 let addrs = lookup.iter().map(|ip| SocketAddr::new(ip, self.port)).collect();
                 Ok(PeerSet::new(addrs, Some(lookup.valid_until())))
             }
-            Err(e) if e.is_no_records_found() || e.is_nx_domain() => {
-                // No pods now; ask again soon (the negative answer's TTL is not exposed here).
-                Ok(PeerSet::new(Vec::new(), Some(Instant::now() + Duration::from_secs(1))))
-            }
-            Err(e) => Err(ResolveError { target: self.domain.clone(), why: e.to_string() }),
+            Err(e) if e.is_no_records_found() || e.is_nx_domain() => Ok(no_peers()),
+            Err(e) => Err(fail(e)),
         }
     }
 
     fn invalidate(&self) {
         self.resolver.clear_cache();
+    }
+}
+
+/// No pods now; ask again soon (the negative answer's TTL is not exposed by the resolver).
+fn no_peers() -> PeerSet {
+    PeerSet::new(Vec::new(), Some(Instant::now() + Duration::from_secs(1)))
+}
+
+/// A port from an SRV record: 0 (the record names none) is `default`.
+pub fn srv_port(port: u16, default: u16) -> u16 {
+    if port == 0 { default } else { port }
+}
+
+impl DnsPeers {
+    /// The peers of an SRV answer: each target's addresses (from the additional section, else
+    /// looked up) on the target's port. The set is valid until the earliest expiry among the
+    /// answers used.
+    async fn srv_peers(&self, srv: &SrvLookup) -> Result<PeerSet, ResolveError> {
+        // Addresses the answer carried, by owner name (hickory keeps the additional records
+        // of the last target it followed; the others are looked up below).
+        let mut known: HashMap<String, Vec<IpAddr>> = HashMap::new();
+        for record in srv.as_lookup().records() {
+            let ip = match record.data() {
+                RData::A(a) => IpAddr::V4(a.0),
+                RData::AAAA(a) => IpAddr::V6(a.0),
+                _ => continue,
+            };
+            known.entry(record.name().to_lowercase().to_string()).or_default().push(ip);
+        }
+        let mut valid_until = srv.as_lookup().valid_until();
+        let mut addrs = Vec::new();
+        let mut missing = Vec::new();
+        for record in srv.iter() {
+            if record.target().is_root() {
+                continue;
+            }
+            let target = record.target().to_lowercase().to_string();
+            let port = srv_port(record.port(), self.port);
+            match known.get(&target) {
+                Some(ips) => addrs.extend(ips.iter().map(|ip| SocketAddr::new(*ip, port))),
+                None => missing.push((target, port)),
+            }
+        }
+        let lookups = missing.iter().map(|(target, _)| self.resolver.lookup_ip(target.as_str()));
+        let mut unresolved = Vec::new();
+        for ((target, port), result) in missing.iter().zip(futures::future::join_all(lookups).await) {
+            match result {
+                Ok(lookup) => {
+                    valid_until = valid_until.min(lookup.valid_until());
+                    addrs.extend(lookup.iter().map(|ip| SocketAddr::new(ip, *port)));
+                }
+                Err(e) => unresolved.push(format!("{target}: {e}")),
+            }
+        }
+        if !unresolved.is_empty() {
+            tracing::warn!(domain = %self.domain, targets = ?unresolved, "SRV targets without an address are left out");
+            if addrs.is_empty() {
+                return Err(ResolveError {
+                    target: self.domain.clone(),
+                    why: format!("no SRV target resolved: {}", unresolved.join("; ")),
+                });
+            }
+        }
+        Ok(PeerSet::new(addrs, Some(valid_until)))
     }
 }
 

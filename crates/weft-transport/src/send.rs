@@ -18,6 +18,18 @@
 //! peer source is asked afresh (a DNS answer may be stale). Receivers drop duplicates by id, so
 //! a resend of a message whose ack was lost is safe.
 //!
+//! # Silent receivers
+//!
+//! A receiver speaks on every link at least every
+//! [`ReceiverConfig::alive_interval`](crate::ReceiverConfig::alive_interval) (acks, nacks, or
+//! an alive frame when it has nothing else). A link that has messages outstanding and heard
+//! nothing for [`SenderConfig::silence_timeout`] is failed like a broken one: its messages go
+//! to the other links and the peer is reconnected, with a backoff that keeps growing while the
+//! peer stays silent. This catches what TCP does not: a receiver process that is stopped or
+//! hung while its kernel still acknowledges the bytes. Its handlers may still finish the
+//! messages it had, so those can be handled twice (once there, once by the receiver they moved
+//! to): at least once, as with JetStream's `ackWait` redelivery.
+//!
 //! # Peers
 //!
 //! A supervisor task resolves the [`PeerSource`] when its answer expires (and, at most every
@@ -82,6 +94,11 @@ pub struct SenderConfig {
     pub min_resolve_interval: Duration,
     /// How long a nacked message waits before it is sent again.
     pub redeliver_delay: Duration,
+    /// How long a link with messages outstanding may hear nothing from its receiver before it
+    /// is failed and its messages go elsewhere; `None`: wait for ever. Keep it well above the
+    /// receivers' [`ReceiverConfig::alive_interval`](crate::ReceiverConfig::alive_interval).
+    /// Default 10 s.
+    pub silence_timeout: Option<Duration>,
 }
 
 static SENDER_COUNT: AtomicU64 = AtomicU64::new(0);
@@ -106,6 +123,7 @@ impl Default for SenderConfig {
             connect_timeout: Duration::from_secs(5),
             min_resolve_interval: Duration::from_millis(500),
             redeliver_delay: Duration::from_millis(100),
+            silence_timeout: Some(Duration::from_secs(10)),
         }
     }
 }
@@ -205,6 +223,9 @@ pub struct SenderStats {
     pub connects: u64,
     /// Connection attempts and links that failed.
     pub link_failures: u64,
+    /// Links failed because their receiver was silent for [`SenderConfig::silence_timeout`]
+    /// (counted in `link_failures` too).
+    pub silent_links: u64,
     /// Resolutions of the peer source.
     pub resolutions: u64,
     /// The peer set now.
@@ -272,6 +293,9 @@ struct Link {
     next_seq: u64,
     /// Sequence number on this link → message key.
     seqs: FxHashMap<u64, u64>,
+    /// When the receiver last spoke, or when the link last went from nothing outstanding to
+    /// something (silence only counts while there is something to hear about).
+    last_heard: Instant,
 }
 
 #[derive(Default)]
@@ -294,6 +318,7 @@ struct State {
     nacked: u64,
     connects: u64,
     link_failures: u64,
+    silent_links: u64,
     resolutions: u64,
 }
 
@@ -342,6 +367,9 @@ impl State {
             // The receiving end lives as long as the link is in `links`.
             if link.tx.send(key).is_ok() {
                 p.link = Some(link.id);
+                if link.outstanding == 0 {
+                    link.last_heard = Instant::now();
+                }
                 link.outstanding += 1;
                 cands[i].outstanding += 1;
             } else {
@@ -517,6 +545,7 @@ impl Sender {
             nacked: st.nacked,
             connects: st.connects,
             link_failures: st.link_failures,
+            silent_links: st.silent_links,
             resolutions: st.resolutions,
             peers,
             links: st
@@ -633,17 +662,24 @@ async fn run_peer<B: Backend>(shared: Arc<Shared>, backend: Arc<B>, addr: Socket
         }
         let connected = tokio::time::timeout(shared.config.connect_timeout, backend.connect(addr)).await;
         match connected {
-            Ok(Ok((writer, reader))) => {
-                attempt = 0;
-                match run_link(&shared, addr, writer, reader).await {
-                    LinkEnd::Drained => return addr,
-                    LinkEnd::Failed(e) => {
-                        tracing::warn!(peer = %addr, error = %e, "link failed; its unacknowledged messages go elsewhere");
-                        shared.lock().link_failures += 1;
-                        shared.resolve_now.notify_one();
-                    }
+            Ok(Ok((writer, reader))) => match run_link(&shared, addr, writer, reader).await {
+                LinkEnd::Drained => return addr,
+                LinkEnd::Failed(e) => {
+                    // It connected and worked: reconnect at once.
+                    attempt = 0;
+                    tracing::warn!(peer = %addr, error = %e, "link failed; its unacknowledged messages go elsewhere");
+                    shared.lock().link_failures += 1;
+                    shared.resolve_now.notify_one();
                 }
-            }
+                LinkEnd::Silent(silence) => {
+                    // Connecting to a stopped process succeeds (its kernel accepts): keep the
+                    // backoff growing so its links do not keep taking messages.
+                    tracing::warn!(peer = %addr, ?silence, "the receiver said nothing with messages outstanding; its messages go elsewhere");
+                    let mut st = shared.lock();
+                    st.link_failures += 1;
+                    st.silent_links += 1;
+                }
+            },
             Ok(Err(e)) => {
                 tracing::debug!(peer = %addr, error = %e, "connecting failed");
                 shared.lock().link_failures += 1;
@@ -679,6 +715,8 @@ async fn run_peer<B: Backend>(shared: Arc<Shared>, backend: Arc<B>, addr: Socket
 enum LinkEnd {
     Drained,
     Failed(io::Error),
+    /// The receiver said nothing for this long with messages outstanding.
+    Silent(Duration),
 }
 
 async fn run_link<W: FrameWriter, R: FrameReader>(
@@ -693,7 +731,15 @@ async fn run_link<W: FrameWriter, R: FrameReader>(
         let id = st.next_link;
         st.next_link += 1;
         st.connects += 1;
-        st.links.push(Link { id, peer, tx, outstanding: 0, next_seq: 0, seqs: FxHashMap::default() });
+        st.links.push(Link {
+            id,
+            peer,
+            tx,
+            outstanding: 0,
+            next_seq: 0,
+            seqs: FxHashMap::default(),
+            last_heard: Instant::now(),
+        });
         st.dispatch(shared.config.selection);
         id
     };
@@ -706,6 +752,7 @@ async fn run_link<W: FrameWriter, R: FrameReader>(
         r = read_loop(shared, id, &mut reader) => LinkEnd::Failed(
             r.err().unwrap_or_else(|| io::Error::other("the link's reader stopped"))),
         () = drained(shared, id, peer) => LinkEnd::Drained,
+        silence = silent(shared, id) => LinkEnd::Silent(silence),
     };
     shared.lock().remove_link(id, shared.config.selection);
     shared.changed.notify_waiters();
@@ -730,6 +777,39 @@ async fn drained(shared: &Shared, id: u64, peer: SocketAddr) {
         }
         changed.await;
     }
+}
+
+/// Resolves when link `id` has had messages outstanding and heard nothing from its receiver for
+/// [`SenderConfig::silence_timeout`]; never when that is `None`.
+async fn silent(shared: &Shared, id: u64) -> Duration {
+    let Some(limit) = shared.config.silence_timeout else {
+        return std::future::pending().await;
+    };
+    loop {
+        let now = Instant::now();
+        let deadline = match shared.lock().links.iter().find(|l| l.id == id) {
+            // Nothing to hear about: look again in a while (dispatch restarts the clock when
+            // something is assigned).
+            Some(link) if link.outstanding == 0 => now + limit,
+            Some(link) => {
+                let silence = now.saturating_duration_since(link.last_heard);
+                if silence >= limit {
+                    return silence;
+                }
+                link.last_heard + limit
+            }
+            // Not registered (yet, or any more): the link's other arms decide.
+            None => now + limit,
+        };
+        tokio::time::sleep_until(deadline.into()).await;
+    }
+}
+
+/// Notes that link `id`'s receiver spoke.
+fn heard(links: &mut [Link], id: u64) -> Option<&mut Link> {
+    let link = links.iter_mut().find(|l| l.id == id)?;
+    link.last_heard = Instant::now();
+    Some(link)
 }
 
 /// Messages gathered into one `write_frames` call at most.
@@ -848,6 +928,9 @@ async fn read_loop<R: FrameReader>(shared: &Arc<Shared>, id: u64, reader: &mut R
         match control {
             Control::Ack { seqs } => on_ack(shared, id, &seqs),
             Control::Nack { seqs, reason } => on_nack(shared, id, &seqs, &reason),
+            Control::Alive => {
+                heard(&mut shared.lock().links, id);
+            }
             other => {
                 return Err(io::Error::new(io::ErrorKind::InvalidData, format!("a receiver sent {other}")));
             }
@@ -860,7 +943,7 @@ fn on_ack(shared: &Shared, id: u64, seqs: &[u64]) {
     {
         let mut guard = shared.lock();
         let st = &mut *guard;
-        let Some(link) = st.links.iter_mut().find(|l| l.id == id) else {
+        let Some(link) = heard(&mut st.links, id) else {
             return;
         };
         for seq in seqs {
@@ -890,7 +973,7 @@ fn on_nack(shared: &Arc<Shared>, id: u64, seqs: &[u64], reason: &str) {
     {
         let mut guard = shared.lock();
         let st = &mut *guard;
-        let Some(link) = st.links.iter_mut().find(|l| l.id == id) else {
+        let Some(link) = heard(&mut st.links, id) else {
             return;
         };
         for seq in seqs {

@@ -3,6 +3,9 @@
 //! The record first points at receiver A (127.0.0.2), then at receiver B (127.0.0.3, same port:
 //! DNS A records carry no port); dnsmasq re-reads the file on SIGHUP.
 //!
+//! A second test serves SRV records (one target per receiver, each its own port), as CoreDNS's
+//! etcd plugin does for records that carry a port.
+//!
 //! Needs `dnsmasq` (Debian: `apt-get install -y dnsmasq-base`). Without it the test is skipped
 //! with a message, unless the environment variable `CI` is set: then it fails.
 
@@ -30,8 +33,9 @@ struct Dnsmasq {
 }
 
 impl Dnsmasq {
-    /// Starts dnsmasq on a free loopback port and waits until it answers for `DOMAIN`.
-    async fn start(bin: &Path, hosts: &Path) -> Self {
+    /// Starts dnsmasq on a free loopback port with `extra` options and waits until it answers
+    /// for `DOMAIN`.
+    async fn start(bin: &Path, hosts: &Path, extra: &[String]) -> Self {
         for _ in 0..5 {
             // A free port: bind one, release it, hand it to dnsmasq (another try if it was
             // taken meanwhile and dnsmasq exits).
@@ -52,6 +56,7 @@ impl Dnsmasq {
                 ])
                 .arg(format!("--port={port}"))
                 .arg(format!("--addn-hosts={}", hosts.display()))
+                .args(extra)
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
                 .spawn()
@@ -125,15 +130,88 @@ async fn receivers(a: &Recorder, b: &Recorder) -> (Receiver, Receiver) {
     panic!("no port free on both 127.0.0.2 and 127.0.0.3");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dns_record_change_moves_traffic_to_the_new_peers_without_loss() {
-    let Some(bin) = dnsmasq_binary() else {
+/// dnsmasq's path; `None` (the test skips) when it is not installed and `CI` is not set.
+fn dnsmasq_or_skip() -> Option<PathBuf> {
+    let bin = dnsmasq_binary();
+    if bin.is_none() {
         if std::env::var_os("CI").is_some() {
             panic!("dnsmasq is not installed and CI is set: apt-get install -y dnsmasq-base");
         }
         eprintln!("SKIPPED: dnsmasq is not installed (apt-get install -y dnsmasq-base)");
-        return;
-    };
+    }
+    bin
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn srv_records_give_each_receiver_its_own_port() {
+    let Some(bin) = dnsmasq_or_skip() else { return };
+    let rec_a = Recorder::default();
+    let rec_b = Recorder::default();
+    let a = Receiver::bind(
+        &TcpBackend::default(),
+        "127.0.0.2:0".parse().expect("addr"),
+        ReceiverConfig::default(),
+        rec_a.handler(),
+    )
+    .await
+    .expect("bind A");
+    let b = Receiver::bind(
+        &TcpBackend::default(),
+        "127.0.0.3:0".parse().expect("addr"),
+        ReceiverConfig::default(),
+        rec_b.handler(),
+    )
+    .await
+    .expect("bind B");
+    let (pa, pb) = (a.local_addr().port(), b.local_addr().port());
+    let zero = "zero.video-net.video.default.vertexdomain.local";
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let hosts = dir.path().join("empty.hosts");
+    std::fs::write(&hosts, "").expect("write hosts");
+    // As CoreDNS answers for records with a port: one target per pod under the vertex domain,
+    // each with its own port and address.
+    let dns = Dnsmasq::start(
+        &bin,
+        &hosts,
+        &[
+            format!("--srv-host={DOMAIN},pod-a.{DOMAIN},{pa}"),
+            format!("--srv-host={DOMAIN},pod-b.{DOMAIN},{pb}"),
+            format!("--host-record=pod-a.{DOMAIN},127.0.0.2"),
+            format!("--host-record=pod-b.{DOMAIN},127.0.0.3"),
+            // A record without a port: CoreDNS answers port 0.
+            format!("--srv-host={zero},pod-a.{DOMAIN},0"),
+        ],
+    )
+    .await;
+    let nameservers = Nameservers::Addrs(vec![dns.addr]);
+
+    // The default port (1) is not used where the SRV record names one.
+    let peers = DnsPeers::new(DOMAIN, 1, &nameservers).expect("resolver");
+    let set = guard("SRV answer", peers.resolve()).await.expect("resolve");
+    let mut want = vec![a.local_addr(), b.local_addr()];
+    want.sort();
+    assert_eq!(set.addrs, want, "each target at its own port");
+    assert!(set.valid_until.is_some_and(|t| t <= std::time::Instant::now() + Duration::from_secs(1)), "1 s TTL");
+    let fallback = DnsPeers::new(zero, pa, &nameservers).expect("resolver");
+    let set = guard("SRV answer with port 0", fallback.resolve()).await.expect("resolve");
+    assert_eq!(set.addrs, vec![a.local_addr()], "port 0 is the configured default");
+
+    let sender = Sender::new(TcpBackend::default(), peers, SenderConfig::default());
+    let mut handles = Vec::new();
+    for i in 0..40 {
+        handles.push(sender.send(msg(format!("m{i}"), 64)).await.expect("send"));
+    }
+    for h in handles {
+        guard("ack", h.acked()).await.expect("acked");
+    }
+    assert_eq!(rec_a.distinct() + rec_b.distinct(), 40);
+    assert!(rec_a.calls() > 0 && rec_b.calls() > 0, "both receivers, each on its port, took messages");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dns_record_change_moves_traffic_to_the_new_peers_without_loss() {
+    let Some(bin) = dnsmasq_or_skip() else { return };
     let rec_a = Recorder::default();
     let rec_b = Recorder::default();
     let (a, b) = receivers(&rec_a, &rec_b).await;
@@ -144,7 +222,7 @@ async fn a_dns_record_change_moves_traffic_to_the_new_peers_without_loss() {
     std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
     let hosts = dir.path().join("vertexdomain.hosts");
     write_hosts(&hosts, "127.0.0.2");
-    let dns = Dnsmasq::start(&bin, &hosts).await;
+    let dns = Dnsmasq::start(&bin, &hosts, &[]).await;
     let nameservers = Nameservers::Addrs(vec![dns.addr]);
 
     let probe = DnsPeers::new(DOMAIN, port, &nameservers).expect("resolver");

@@ -160,6 +160,8 @@ pub struct Answer {
     /// The JSON `ttl` (CoreDNS answers the smaller of it and the lease's clamped TTL).
     pub ttl: u32,
     pub lease: i64,
+    /// The JSON `port` (0 when absent), which CoreDNS puts in SRV answers.
+    pub port: i64,
 }
 
 /// The A/AAAA answers CoreDNS's etcd plugin gives for `name` under `path` (e.g. `/skydns`), read as
@@ -182,8 +184,27 @@ pub async fn coredns_lookup(store: &EtcdStore, path: &str, name: &str) -> Result
     for kv in kvs {
         let s: Service = serde_json::from_slice(&kv.value).map_err(|e| format!("{}: {e}", kv.key))?;
         if let Ok(ip) = s.host.parse::<IpAddr>() {
-            out.push(Answer { key: kv.key, ip, ttl: s.ttl, lease: kv.lease });
+            out.push(Answer { key: kv.key, ip, ttl: s.ttl, lease: kv.lease, port: s.port });
         }
+    }
+    Ok(out)
+}
+
+/// The SRV answers CoreDNS's etcd plugin gives for `name` under `path` as (target, port), with
+/// the address its additional section carries for each target, read as `plugin.SRV` does for
+/// services whose `host` is an IP: the target is the record's key turned back into a domain
+/// (`msg.Domain`: the labels after `path`, reversed), the port is the JSON `port`, and a port of
+/// -1 is skipped.
+pub async fn coredns_srv(store: &EtcdStore, path: &str, name: &str) -> Result<Vec<(String, i64, IpAddr)>, String> {
+    let path = path.trim_end_matches('/');
+    let mut out = Vec::new();
+    for a in coredns_lookup(store, path, name).await? {
+        if a.port == -1 {
+            continue;
+        }
+        let rest = a.key.strip_prefix(path).unwrap_or(&a.key);
+        let target: Vec<&str> = rest.split('/').filter(|l| !l.is_empty()).rev().collect();
+        out.push((format!("{}.", target.join(".")), a.port, a.ip));
     }
     Ok(out)
 }
