@@ -65,3 +65,93 @@ pub trait Backend: Send + Sync + 'static {
     /// Binds a listener on `local`.
     fn bind(&self, local: SocketAddr) -> impl Future<Output = io::Result<Self::Listener>> + Send;
 }
+
+/// How many link setups an accepting listener runs at once (see [`Setups`]); past it, it stops
+/// accepting until one finishes.
+pub(crate) const MAX_SETUPS: usize = 64;
+
+/// A listener's raw connections, before any link setup.
+pub(crate) trait Acceptor: Send + 'static {
+    type Conn: Send + 'static;
+    fn accept_conn(&mut self) -> impl Future<Output = io::Result<Self::Conn>> + Send;
+}
+
+impl Acceptor for tokio::net::UnixListener {
+    type Conn = tokio::net::UnixStream;
+    async fn accept_conn(&mut self) -> io::Result<Self::Conn> {
+        self.accept().await.map(|(stream, _)| stream)
+    }
+}
+
+impl Acceptor for tokio::net::TcpListener {
+    type Conn = (tokio::net::TcpStream, SocketAddr);
+    async fn accept_conn(&mut self) -> io::Result<Self::Conn> {
+        self.accept().await
+    }
+}
+
+/// Link setups (handshakes) of accepted connections, run side by side in a task of their own:
+/// a peer that connects and then says nothing holds up its own link only, not the links of
+/// the peers behind it. Finished links come out of [`Setups::next`] in the order they finish;
+/// a setup that fails is logged and refused there (the peer hears it from its own setup);
+/// an error of the listener itself is passed on. Dropping it stops accepting and drops the
+/// setups under way.
+pub(crate) struct Setups<L> {
+    links: tokio::sync::mpsc::Receiver<io::Result<L>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl<L: Send + 'static> Setups<L> {
+    /// Accepts on `acceptor` and runs `setup` on each connection; `what` names the listener in
+    /// logs.
+    pub(crate) fn start<A, S, F>(mut acceptor: A, setup: S, what: String) -> Self
+    where
+        A: Acceptor,
+        S: Fn(A::Conn) -> F + Send + 'static,
+        F: Future<Output = io::Result<L>> + Send + 'static,
+    {
+        let (tx, links) = tokio::sync::mpsc::channel(16);
+        let task = tokio::spawn(async move {
+            let mut pending = tokio::task::JoinSet::new();
+            loop {
+                tokio::select! {
+                    conn = acceptor.accept_conn(), if pending.len() < MAX_SETUPS => match conn {
+                        Ok(conn) => {
+                            pending.spawn(setup(conn));
+                        }
+                        Err(e) => {
+                            if tx.send(Err(e)).await.is_err() {
+                                return;
+                            }
+                        }
+                    },
+                    Some(done) = pending.join_next(), if !pending.is_empty() => match done {
+                        Ok(Ok(link)) => {
+                            if tx.send(Ok(link)).await.is_err() {
+                                return;
+                            }
+                        }
+                        Ok(Err(e)) => tracing::warn!(listener = %what, error = %e, "link setup failed; refused"),
+                        Err(e) => tracing::error!(listener = %what, error = %e, "a link setup task ended abnormally"),
+                    },
+                    () = tx.closed() => return,
+                }
+            }
+        });
+        Self { links, task }
+    }
+
+    /// The next link that finished its setup, or the listener's error.
+    pub(crate) async fn next(&mut self) -> io::Result<L> {
+        match self.links.recv().await {
+            Some(link) => link,
+            None => Err(io::Error::other("the listener's accept task stopped")),
+        }
+    }
+}
+
+impl<L> Drop for Setups<L> {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

@@ -318,6 +318,25 @@ async fn closing_one_half_is_seen_by_the_peer() {
     .await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connector_that_never_says_hello_does_not_hold_up_the_next_link() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The handshake may take an hour: only handshakes run side by side let the second link in.
+    let backend = ShmBackend::with_config(ShmConfig {
+        dir: dir.path().into(),
+        ring_size: 64 * 1024,
+        handshake_timeout: Duration::from_secs(3600),
+        ..ShmConfig::default()
+    });
+    let mut listener = backend.bind(addr(7100)).await.expect("bind");
+    let _silent = tokio::net::UnixStream::connect(listener.socket_path()).await.expect("silent connect");
+    let (a, c) = guard(async { tokio::join!(listener.accept(), backend.connect(addr(7100))) }).await;
+    let (mut sw, _sr, _) = a.expect("accept");
+    let (_cw, mut cr) = c.expect("connect");
+    sw.write_frame(&header(1), &payload(1, 100)).await.expect("write");
+    check(&cr.read_frame().await.expect("read").expect("frame"), 1, 100);
+}
+
 #[tokio::test]
 async fn rendezvous_errors_are_clear() {
     let dir = tempfile::tempdir().expect("tempdir");

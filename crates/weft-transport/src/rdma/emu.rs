@@ -534,6 +534,25 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_connector_that_never_sets_up_does_not_hold_up_the_next_link() {
+        // Setup may take an hour: only running setups side by side lets the second link through.
+        let config = RdmaConfig { connect_timeout: std::time::Duration::from_secs(3600), ..Default::default() };
+        let backend = RdmaBackend::new(config).expect("backend");
+        let mut listener = backend.bind(local()).await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let _silent = tokio::net::TcpStream::connect(addr).await.expect("silent connect");
+        let (a, c) = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+            tokio::join!(listener.accept(), backend.connect(addr))
+        })
+        .await
+        .expect("the second link was held up behind the silent one");
+        let (mut sw, _sr, _) = a.expect("accept");
+        let (_cw, mut cr) = c.expect("connect");
+        sw.write_frame(b"h", &payload(1, 100)).await.expect("write");
+        assert_eq!(cr.read_frame().await.expect("read").expect("frame").payload, payload(1, 100));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn emulated_small_ring_wraps_many_times_under_credits() {
         let backend = RdmaBackend::new(RdmaConfig {
             ring_size: 64 * 1024,

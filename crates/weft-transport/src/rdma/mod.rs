@@ -124,7 +124,7 @@ use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
-use crate::backend::{Backend, FrameListener};
+use crate::backend::{Backend, FrameListener, Setups};
 use crate::protocol::DEFAULT_MAX_HEADER;
 
 pub use link::{RdmaReader, RdmaWriter};
@@ -644,17 +644,40 @@ impl Backend for RdmaBackend {
         let socket = if local.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
         socket.set_reuseaddr(true)?;
         socket.bind(local).map_err(|e| io::Error::new(e.kind(), format!("binding {local}: {e}")))?;
-        Ok(RdmaListener { listener: socket.listen(1024)?, backend: self.clone() })
+        RdmaListener::new(socket.listen(1024)?, self.clone())
     }
 }
 
 /// Accepts RDMA links: a TCP accept, then the link setup (up to
-/// [`RdmaConfig::connect_timeout`]); a failed setup is returned as this call's error, naming
-/// the peer.
-#[derive(Debug)]
+/// [`RdmaConfig::connect_timeout`]). Setups run side by side, so a peer slow in its setup holds
+/// up only its own link; a failed setup is logged, naming the peer, and refused.
 pub struct RdmaListener {
-    listener: TcpListener,
-    backend: RdmaBackend,
+    setups: Setups<(RdmaWriter, RdmaReader, SocketAddr)>,
+    local: SocketAddr,
+}
+
+impl std::fmt::Debug for RdmaListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RdmaListener").field("local", &self.local).finish_non_exhaustive()
+    }
+}
+
+impl RdmaListener {
+    fn new(listener: TcpListener, backend: RdmaBackend) -> io::Result<Self> {
+        let local = listener.local_addr()?;
+        let setups = Setups::start(
+            listener,
+            move |(stream, peer)| {
+                let backend = backend.clone();
+                async move {
+                    let (w, r) = backend.establish(stream, peer).await?;
+                    Ok((w, r, peer))
+                }
+            },
+            format!("RDMA listener {local}"),
+        );
+        Ok(Self { setups, local })
+    }
 }
 
 impl FrameListener for RdmaListener {
@@ -662,13 +685,11 @@ impl FrameListener for RdmaListener {
     type Reader = RdmaReader;
 
     async fn accept(&mut self) -> io::Result<(RdmaWriter, RdmaReader, SocketAddr)> {
-        let (stream, peer) = self.listener.accept().await?;
-        let (w, r) = self.backend.establish(stream, peer).await?;
-        Ok((w, r, peer))
+        self.setups.next().await
     }
 
     fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.listener.local_addr()
+        Ok(self.local)
     }
 }
 

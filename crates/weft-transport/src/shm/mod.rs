@@ -104,7 +104,7 @@ use tokio::net::{UnixListener, UnixStream};
 
 pub use ring::{RingState, ShmReader, ShmWriter};
 
-use crate::backend::{Backend, FrameListener};
+use crate::backend::{Backend, FrameListener, Setups};
 use link::Link;
 use region::Region;
 
@@ -332,70 +332,76 @@ fn bind_socket(path: &Path, replace_stale: bool) -> io::Result<UnixListener> {
 
 /// Accepts shared-memory links on one address.
 pub struct ShmListener {
-    listener: UnixListener,
+    setups: Setups<(ShmWriter, ShmReader, SocketAddr)>,
     path: PathBuf,
     addr: SocketAddr,
     /// Device and inode of our socket file, so `Drop` removes ours and not a successor's.
     ident: Option<(u64, u64)>,
-    config: Arc<ShmConfig>,
 }
 
 impl ShmListener {
     fn new(listener: UnixListener, path: PathBuf, addr: SocketAddr, config: Arc<ShmConfig>) -> io::Result<Self> {
         let ident = std::fs::metadata(&path).ok().map(|m| (m.dev(), m.ino()));
-        Ok(Self { listener, path, addr, ident, config })
+        let socket = Arc::new(path.clone());
+        let setups = Setups::start(
+            listener,
+            move |stream| {
+                let (socket, config) = (Arc::clone(&socket), Arc::clone(&config));
+                async move {
+                    let timeout = config.handshake_timeout;
+                    tokio::time::timeout(timeout, handshake(stream, &socket, &config)).await.unwrap_or_else(|_| {
+                        Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            format!("shm peer on {} sent no hello within {timeout:?}", socket.display()),
+                        ))
+                    })
+                }
+            },
+            format!("shm socket {}", path.display()),
+        );
+        Ok(Self { setups, path, addr, ident })
     }
 
     /// The unix socket this listener bound.
     pub fn socket_path(&self) -> &Path {
         &self.path
     }
+}
 
-    async fn next(&mut self) -> io::Result<(ShmWriter, ShmReader, SocketAddr)> {
-        loop {
-            let (stream, _) = self.listener.accept().await.map_err(|e| {
-                io::Error::new(e.kind(), format!("accepting on shm socket {}: {e}", self.path.display()))
-            })?;
-            let timeout = self.config.handshake_timeout;
-            match tokio::time::timeout(timeout, self.handshake(stream)).await {
-                Ok(Ok(link)) => return Ok(link),
-                Ok(Err(e)) => {
-                    tracing::warn!(socket = %self.path.display(), error = %e, "shm link refused")
-                }
-                Err(_) => {
-                    tracing::warn!(socket = %self.path.display(), ?timeout, "shm peer sent no hello in time")
-                }
-            }
+/// Reads the hello and the two ring descriptors, checks them, answers.
+async fn handshake(
+    mut stream: UnixStream,
+    socket: &Path,
+    config: &ShmConfig,
+) -> io::Result<(ShmWriter, ShmReader, SocketAddr)> {
+    let (hello, fds) = recv_with_fds(&mut stream).await?;
+    let checked = check_hello(&hello, fds, config.max_ring_size);
+    let (peer, from_peer, to_peer) = match checked {
+        Ok(v) => v,
+        Err(reason) => {
+            let _ = write_reply(&mut stream, Err(&reason)).await;
+            return Err(io::Error::new(io::ErrorKind::InvalidData, reason));
         }
-    }
-
-    /// Reads the hello and the two ring descriptors, checks them, answers.
-    async fn handshake(&self, mut stream: UnixStream) -> io::Result<(ShmWriter, ShmReader, SocketAddr)> {
-        let (hello, fds) = recv_with_fds(&mut stream).await?;
-        let checked = check_hello(&hello, fds, self.config.max_ring_size);
-        let (peer, from_peer, to_peer) = match checked {
-            Ok(v) => v,
-            Err(reason) => {
-                let _ = write_reply(&mut stream, Err(&reason)).await;
-                return Err(io::Error::new(io::ErrorKind::InvalidData, reason));
-            }
-        };
-        write_reply(&mut stream, Ok(())).await?;
-        let name = format!("shm link from {peer} ({})", self.path.display());
-        let link = Link::start(name, stream);
-        // The connector's first ring carries its frames to us; the second carries ours back.
-        Ok((ShmWriter::new(Arc::clone(&link), to_peer), ShmReader::new(link, from_peer), peer))
-    }
+    };
+    write_reply(&mut stream, Ok(())).await?;
+    let name = format!("shm link from {peer} ({})", socket.display());
+    let link = Link::start(name, stream);
+    // The connector's first ring carries its frames to us; the second carries ours back.
+    Ok((ShmWriter::new(Arc::clone(&link), to_peer), ShmReader::new(link, from_peer), peer))
 }
 
 impl FrameListener for ShmListener {
     type Writer = ShmWriter;
     type Reader = ShmReader;
 
-    /// The next link. A peer whose hello is malformed or late is refused (logged) and the
-    /// listener goes on waiting; cancelling `accept` drops a link being set up.
+    /// The next link. Handshakes run side by side, each up to the handshake timeout: a peer
+    /// whose hello is malformed or late is refused (logged) without holding up the others.
     fn accept(&mut self) -> impl Future<Output = io::Result<(ShmWriter, ShmReader, SocketAddr)>> + Send {
-        self.next()
+        let path = &self.path;
+        let next = self.setups.next();
+        async move {
+            next.await.map_err(|e| io::Error::new(e.kind(), format!("accepting on shm socket {}: {e}", path.display())))
+        }
     }
 
     fn local_addr(&self) -> io::Result<SocketAddr> {
