@@ -150,6 +150,8 @@ struct Shared {
     semaphore: Arc<Semaphore>,
     dedup: Mutex<DedupWindow>,
     finished: Notify,
+    /// Set by [`Receiver::close`]: links stop reading and drain.
+    closing: watch::Sender<bool>,
     upstream: Mutex<HashMap<String, UpstreamSender>>,
     watermark: watch::Sender<i64>,
     received: AtomicU64,
@@ -199,6 +201,7 @@ impl Receiver {
             semaphore: Arc::new(Semaphore::new(config.concurrency)),
             dedup: Mutex::new(DedupWindow::new(config.dedup_capacity, config.dedup_ttl)),
             finished: Notify::new(),
+            closing: watch::channel(false).0,
             upstream: Mutex::new(HashMap::new()),
             watermark,
             received: AtomicU64::new(0),
@@ -258,9 +261,16 @@ impl Receiver {
         }
     }
 
-    /// Stops accepting, closes the links, and waits for the handlers that are running.
-    pub async fn close(self) {
-        self.accept.abort();
+    /// Closes the receiver without handling anything twice: stops accepting and stops reading
+    /// the links, lets the running handlers finish (each bounded by
+    /// [`ReceiverConfig::handler_timeout`]), sends their acks and nacks, then closes the links.
+    /// Messages read but not yet handed to a handler, and those still in flight, are not
+    /// acknowledged: their senders send them again elsewhere when the link closes.
+    pub async fn close(mut self) {
+        self.shared.closing.send_replace(true);
+        if let Err(e) = (&mut self.accept).await {
+            tracing::error!(error = %e, "the receiver's accept task ended abnormally");
+        }
         let n = u32::try_from(self.shared.config.concurrency).unwrap_or(u32::MAX);
         // Every permit back means no handler runs.
         let _all = self.shared.semaphore.acquire_many(n).await;
@@ -303,8 +313,15 @@ async fn accept_loop<L: FrameListener, H: Handler>(
     backend: &'static str,
 ) {
     let mut links = JoinSet::new();
+    let mut closing = shared.closing.subscribe();
     loop {
         tokio::select! {
+            _ = async { let _ = closing.wait_for(|c| *c).await; } => {
+                // Stop accepting; let the links drain.
+                drop(listener);
+                while links.join_next().await.is_some() {}
+                return;
+            }
             accepted = listener.accept() => match accepted {
                 Ok((writer, reader, peer)) => {
                     shared.links_accepted.fetch_add(1, Ordering::Relaxed);
@@ -524,11 +541,16 @@ async fn read_loop<R: FrameReader, H: Handler>(
     shared: &Arc<Shared>,
     handler: &Arc<H>,
     replies: mpsc::UnboundedSender<Reply>,
-) -> io::Result<()> {
+) -> io::Result<ReadEnd> {
     let mut sender: Option<UpstreamGuard> = None;
+    let mut closing = shared.closing.subscribe();
     loop {
-        let Some(frame) = reader.read_frame().await? else {
-            return Ok(());
+        let frame = tokio::select! {
+            frame = reader.read_frame() => frame?,
+            _ = async { let _ = closing.wait_for(|c| *c).await; } => return Ok(ReadEnd::Closing),
+        };
+        let Some(frame) = frame else {
+            return Ok(ReadEnd::Closed);
         };
         let control = decode(&frame.header, frame.payload).map_err(|e| invalid(peer, e))?;
         match control {
@@ -556,8 +578,14 @@ async fn read_loop<R: FrameReader, H: Handler>(
                         let progress = InProgress::new(shared, &message.id);
                         // Waiting here for a free handler is the backpressure: the link is
                         // not read while all handlers are busy.
-                        let Ok(permit) = shared.semaphore.clone().acquire_owned().await else {
-                            return Ok(());
+                        let permit = tokio::select! {
+                            permit = shared.semaphore.clone().acquire_owned() => permit,
+                            // Never handed to a handler: the guard forgets the id, and the
+                            // sender sends the message again when the link closes.
+                            _ = async { let _ = closing.wait_for(|c| *c).await; } => return Ok(ReadEnd::Closing),
+                        };
+                        let Ok(permit) = permit else {
+                            return Ok(ReadEnd::Closed);
                         };
                         tokio::spawn(run_handler(
                             shared.clone(),
@@ -643,15 +671,36 @@ async fn serve_link<W: FrameWriter, R: FrameReader, H: Handler>(
 ) {
     shared.links_open.fetch_add(1, Ordering::Relaxed);
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let outcome = tokio::select! {
-        r = read_loop(&mut reader, peer, &shared, &handler, tx) => r,
-        r = reply_loop(&mut writer, &mut rx, shared.config.alive_interval) => r,
+    let reading = read_loop(&mut reader, peer, &shared, &handler, tx);
+    let replying = reply_loop(&mut writer, &mut rx, shared.config.alive_interval);
+    tokio::pin!(reading, replying);
+    let mut draining = false;
+    let outcome = loop {
+        tokio::select! {
+            r = &mut reading, if !draining => match r {
+                // Closing: the reader dropped its reply handle; the replies of the running
+                // handlers still go out, and the writer ends once the last handler's did.
+                Ok(ReadEnd::Closing) => draining = true,
+                Ok(ReadEnd::Closed) => break Ok(()),
+                Err(e) => break Err(e),
+            },
+            r = &mut replying => break r,
+        }
     };
     shared.links_open.fetch_sub(1, Ordering::Relaxed);
     match outcome {
+        Ok(()) if draining => tracing::debug!(%peer, "link drained and closed"),
         Ok(()) => tracing::debug!(%peer, "link closed"),
         Err(e) => tracing::warn!(%peer, error = %e, "link failed"),
     }
+}
+
+/// Why a link's reader stopped without an error.
+enum ReadEnd {
+    /// The sender closed the link.
+    Closed,
+    /// The receiver is closing: no more frames are read.
+    Closing,
 }
 
 #[cfg(test)]

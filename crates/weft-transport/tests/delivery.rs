@@ -359,3 +359,34 @@ async fn a_peer_sending_garbage_is_cut_off_and_others_are_still_served() {
     guard("ack", sender.send(msg("fine", 10)).await.expect("send").acked()).await.expect("acked");
     assert_eq!(rec.count("fine"), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_a_receiver_acknowledges_what_it_handled_so_nothing_runs_twice() {
+    let gate = Gate::closed();
+    let (rec_a, rec_b) = (Recorder::default(), Recorder::default());
+    let closing = gated_receiver(&rec_a, &gate).await;
+    let other = recording_receiver(&rec_b).await;
+    let sender =
+        Sender::new(TcpBackend::default(), StaticPeers::new([closing.local_addr(), other.local_addr()]), fast_config());
+    wait_links(&sender, 2).await;
+    let mut handles = Vec::new();
+    for i in 0..20 {
+        handles.push(sender.send(msg(format!("m{i}"), 10)).await.expect("send"));
+    }
+    // The closing receiver's handlers hold their messages at the gate while it closes.
+    wait_until("handlers running on the closing receiver", || rec_a.calls() > 0).await;
+    let running = rec_a.calls();
+    let close = tokio::spawn(closing.close());
+    gate.open();
+    guard("the receiver to close", close).await.expect("close");
+    for h in handles {
+        guard("ack", h.acked()).await.expect("acked");
+    }
+    let mut all = rec_a.counts();
+    for (id, n) in rec_b.counts() {
+        *all.entry(id).or_default() += n;
+    }
+    assert_eq!(all.len(), 20, "every message handled");
+    assert!(all.values().all(|n| *n == 1), "none twice: the closing receiver's acks went out first: {all:?}");
+    assert!(rec_a.calls() >= running, "what was running finished there");
+}

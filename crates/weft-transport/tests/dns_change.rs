@@ -198,6 +198,8 @@ async fn srv_records_give_each_receiver_its_own_port() {
     assert_eq!(set.addrs, vec![a.local_addr()], "port 0 is the configured default");
 
     let sender = Sender::new(TcpBackend::default(), peers, SenderConfig::default());
+    // Both links up first, or the first one up takes everything queued meanwhile.
+    guard("a link to each target", sender.wait_for_links(2)).await;
     let mut handles = Vec::new();
     for i in 0..40 {
         handles.push(sender.send(msg(format!("m{i}"), 64)).await.expect("send"));

@@ -406,3 +406,70 @@ pub fn memcpy(size: usize, duration: Duration) -> Throughput {
     }
     Throughput { size, messages: copies, elapsed: start.elapsed() }
 }
+
+/// What the machine takes from running threads: one thread per core reads the clock in a loop
+/// and counts the gaps between two reads that are longer than `threshold` (the thread was not
+/// running: the hypervisor or other work had the core). A message in flight during such a pause
+/// waits it out, so the share of time lost in pauses longer than a latency target bounds the
+/// quantile at which any path on this machine can meet it.
+#[derive(Clone, Debug)]
+pub(crate) struct Pauses {
+    pub threads: usize,
+    pub duration: Duration,
+    pub threshold: Duration,
+    /// Pauses longer than `threshold`, over all threads.
+    pub count: u64,
+    /// Their total, over all threads.
+    pub lost: Duration,
+    /// The longest.
+    pub largest: Duration,
+}
+
+impl Pauses {
+    /// The share of each thread's time lost in pauses longer than the threshold.
+    pub(crate) fn fraction(&self) -> f64 {
+        self.lost.as_secs_f64() / (self.threads as f64 * self.duration.as_secs_f64())
+    }
+
+    /// About the share of messages a pause makes late at `load` (a fraction of the path's
+    /// maximum rate), for a path whose sender and receiver are two of these threads: a message
+    /// waits out a pause of either (the threads' shares add up), and the backlog a pause leaves
+    /// drains at the spare rate, which adds `load / (1 - load)` of the pause again.
+    pub(crate) fn late_share(&self, load: f64) -> f64 {
+        let either_end = self.fraction() * self.threads as f64;
+        (either_end / (1.0 - load.min(0.99))).min(1.0)
+    }
+}
+
+pub(crate) fn pauses(threads: usize, duration: Duration, threshold: Duration) -> Pauses {
+    let per_thread: Vec<(u64, Duration, Duration)> = std::thread::scope(|s| {
+        let spinners: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(move || {
+                    let start = Instant::now();
+                    let (mut last, mut count, mut lost, mut largest) = (start, 0u64, Duration::ZERO, Duration::ZERO);
+                    while last - start < duration {
+                        let now = Instant::now();
+                        let gap = now - last;
+                        if gap > threshold {
+                            count += 1;
+                            lost += gap;
+                            largest = largest.max(gap);
+                        }
+                        last = now;
+                    }
+                    (count, lost, largest)
+                })
+            })
+            .collect();
+        spinners.into_iter().map(|h| h.join().unwrap_or((0, Duration::ZERO, Duration::ZERO))).collect()
+    });
+    Pauses {
+        threads,
+        duration,
+        threshold,
+        count: per_thread.iter().map(|p| p.0).sum(),
+        lost: per_thread.iter().map(|p| p.1).sum(),
+        largest: per_thread.iter().map(|p| p.2).max().unwrap_or_default(),
+    }
+}
