@@ -10,8 +10,10 @@
 //!   watermark, and sends them to the two `filter-resize` replicas (round robin).
 //! - `filter-resize` smooths and halves each frame (2×2 box filter → 208×208×3) and forwards
 //!   it, same id, to `inference`; it acknowledges upstream only after `inference` acknowledged.
-//! - `inference` stands in for a model: per-channel means and the brightest cell of a 13×13
-//!   grid (YOLO's grid on 416 pixels), sent on as a small text result.
+//! - `inference` stands in for a model that runs on batches, as a GPU model does: it reads with
+//!   a [`PullReceiver`] (up to 8 frames per fetch), computes per-channel means and the brightest
+//!   cell of a 13×13 grid (YOLO's grid on 416 pixels) for the whole batch at once, sends each
+//!   result on, and acknowledges each input once `out` acknowledged its result.
 //! - `out` counts results and keeps the end-to-end latency.
 //!
 //! In a cluster each stage runs in its own pod: the receiver from `Receiver::from_env` (the
@@ -24,7 +26,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use weft_transport::{Message, Receiver, ReceiverConfig, Sender, SenderConfig, StaticPeers, TcpBackend};
+use weft_transport::{Message, PullReceiver, Receiver, ReceiverConfig, Sender, SenderConfig, StaticPeers, TcpBackend};
+
+/// The largest batch `inference` takes at once.
+const BATCH: usize = 8;
 
 const WIDTH: usize = 416;
 const HEIGHT: usize = 416;
@@ -134,34 +139,54 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?
     };
 
-    // inference
+    // inference: batches
     let inference_count = Arc::new(AtomicU64::new(0));
+    let batches = Arc::new(AtomicU64::new(0));
     let to_out = Sender::new(tcp.clone(), StaticPeers::new([out.local_addr()]), SenderConfig::default());
-    let inference = {
-        let count = inference_count.clone();
-        Receiver::bind(&tcp, local, config.clone(), move |m: Message| {
-            let (count, to_out) = (count.clone(), to_out.clone());
-            async move {
-                let result = tokio::task::spawn_blocking({
-                    let payload = m.payload.clone();
-                    move || infer(&payload, WIDTH / 2, HEIGHT / 2)
+    // Read-ahead of two batches, so the next one fills while one is inferred.
+    let inference =
+        Arc::new(PullReceiver::bind(&tcp, local, ReceiverConfig { concurrency: 2 * BATCH, ..config.clone() }).await?);
+    let inference_addr = inference.receiver().local_addr();
+    {
+        let (reader, count, batches) = (inference.clone(), inference_count.clone(), batches.clone());
+        tokio::spawn(async move {
+            loop {
+                let batch = reader.fetch(BATCH, Duration::from_millis(100)).await;
+                if batch.is_empty() {
+                    continue;
+                }
+                batches.fetch_add(1, Ordering::Relaxed);
+                let inputs: Vec<Bytes> = batch.iter().map(|f| f.message.payload.clone()).collect();
+                let results = tokio::task::spawn_blocking(move || {
+                    inputs.iter().map(|p| infer(p, WIDTH / 2, HEIGHT / 2)).collect::<Vec<_>>()
                 })
-                .await
-                .map_err(|e| e.to_string())?;
-                forward(&to_out, &m, Bytes::from(result)).await?;
-                count.fetch_add(1, Ordering::Relaxed);
-                Ok::<(), String>(())
+                .await;
+                let Ok(results) = results else {
+                    for f in &batch {
+                        let _ = reader.nack(f.offset, "inference failed");
+                    }
+                    continue;
+                };
+                // Send every result, then wait for all of out's acks together.
+                let sends = batch.iter().zip(results).map(|(f, r)| forward(&to_out, &f.message, Bytes::from(r)));
+                for (f, sent) in batch.iter().zip(futures::future::join_all(sends).await) {
+                    let settled = match sent {
+                        Ok(()) => reader.ack(f.offset),
+                        Err(why) => reader.nack(f.offset, &why),
+                    };
+                    if settled.is_ok() {
+                        count.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
             }
-        })
-        .await?
-    };
+        });
+    }
 
     // filter-resize, two replicas
     let resize_counts: Vec<Arc<AtomicU64>> = (0..2).map(|_| Arc::new(AtomicU64::new(0))).collect();
     let mut resizers = Vec::new();
     for count in &resize_counts {
-        let to_inference =
-            Sender::new(tcp.clone(), StaticPeers::new([inference.local_addr()]), SenderConfig::default());
+        let to_inference = Sender::new(tcp.clone(), StaticPeers::new([inference_addr]), SenderConfig::default());
         let count = count.clone();
         resizers.push(
             Receiver::bind(&tcp, local, config.clone(), move |m: Message| {
@@ -213,9 +238,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         (frames * FRAME_BYTES) as f64 / secs / 1e6
     );
     println!(
-        "per stage: filter-resize {:?}, inference {}, out {}",
+        "per stage: filter-resize {:?}, inference {} in {} batches (at most {BATCH}), out {}",
         resize_counts.iter().map(|c| c.load(Ordering::Relaxed)).collect::<Vec<_>>(),
         inference_count.load(Ordering::Relaxed),
+        batches.load(Ordering::Relaxed),
         out_count.load(Ordering::Relaxed)
     );
     println!(

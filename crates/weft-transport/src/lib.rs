@@ -3,7 +3,8 @@
 //! A UDF sends to the next vertex without the inter-step buffer: the target's vertex domain is
 //! resolved through DNS ([`resolve`]), a [`Sender`] keeps a link to every peer and spreads
 //! messages over them, a [`Receiver`] on the second NIC hands each message to the user's
-//! handler and acknowledges it once the handler succeeded. Duplicates are dropped by id,
+//! handler and acknowledges it once the handler succeeded (or, read in batches, a
+//! [`PullReceiver`] lets the caller fetch several and acknowledge each). Duplicates are dropped by id,
 //! unacknowledged messages are resent when a link fails, the in-flight window applies
 //! Numaflow's `onFull` choices, and watermarks flow with the data and in idle frames.
 //!
@@ -19,6 +20,7 @@ pub mod fallback;
 pub mod gpu;
 pub mod policy;
 pub mod protocol;
+pub mod pull;
 #[cfg(feature = "rdma")]
 pub mod rdma;
 pub mod recv;
@@ -30,6 +32,7 @@ pub mod tcp;
 pub use backend::{Backend, Frame, FrameListener, FrameReader, FrameWriter};
 pub use policy::{Backoff, InFlightLimit, OnFull, Selection};
 pub use protocol::{Message, NO_WATERMARK};
+pub use pull::{Fetched, PullError, PullReceiver};
 pub use recv::{DEFAULT_PORT, Handler, LISTEN_ENV, Receiver, ReceiverConfig, ReceiverStats};
 pub use resolve::{DnsPeers, Nameservers, PeerSet, PeerSource, StaticPeers};
 pub use send::{AckHandle, SendError, Sender, SenderConfig, SenderStats, Sent};

@@ -476,6 +476,14 @@ impl Sender {
         }
     }
 
+    /// Whether the in-flight window has no room for another message now: what `send` would
+    /// wait on, or drop under [`OnFull::DiscardLatest`] (Numaflow's `ISBWriter::is_full`).
+    pub fn is_full(&self) -> bool {
+        let shared = &self.inner.shared;
+        let st = shared.lock();
+        !shared.config.in_flight.fits(st.pending.len(), st.in_flight_bytes, 1)
+    }
+
     /// Raises the sender's watermark (it never goes back); idle links pass it on.
     pub fn set_watermark(&self, watermark: i64) {
         self.inner.shared.watermark.send_if_modified(|w| {

@@ -69,8 +69,10 @@ async fn discard_latest_drops_counts_and_says_so_when_full() {
     let (gate, rec, _receiver, sender) = gated(OnFull::DiscardLatest, 4, usize::MAX).await;
     let mut handles = Vec::new();
     for i in 0..4 {
+        assert!(!sender.is_full(), "room for m{i}");
         handles.push(sender.send(msg(format!("m{i}"), 100)).await.expect("send"));
     }
+    assert!(sender.is_full(), "four in flight fill a window of four");
     for i in 4..7 {
         let sent = guard("send", sender.send(msg(format!("m{i}"), 100))).await.expect("send");
         assert!(matches!(sent, Sent::Dropped), "m{i} is dropped");
@@ -81,6 +83,7 @@ async fn discard_latest_drops_counts_and_says_so_when_full() {
     for h in handles {
         assert!(guard("ack", h.acked()).await.expect("acked"));
     }
+    assert!(!sender.is_full());
     // Room again: the next one is queued and delivered.
     gate.add_permits(1);
     let next = sender.send(msg("m7", 100)).await.expect("send");
