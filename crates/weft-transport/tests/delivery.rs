@@ -7,22 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use support::{Recorder, SwitchPeers, guard, loopback, msg, wait_until};
+use support::{Recorder, SwitchPeers, fast_config, guard, loopback, msg, wait_until};
 use tokio::sync::watch;
 use weft_transport::protocol::EncodeError;
 use weft_transport::{
-    Backoff, InFlightLimit, Message, Receiver, ReceiverConfig, Selection, SendError, Sender, SenderConfig, Sent,
-    StaticPeers, TcpBackend,
+    InFlightLimit, Message, Receiver, ReceiverConfig, Selection, SendError, Sender, SenderConfig, Sent, StaticPeers,
+    TcpBackend,
 };
-
-fn fast_config() -> SenderConfig {
-    SenderConfig {
-        backoff: Backoff { initial: Duration::from_millis(5), max: Duration::from_millis(100), jitter: 0.5 },
-        redeliver_delay: Duration::from_millis(1),
-        min_resolve_interval: Duration::from_millis(10),
-        ..SenderConfig::default()
-    }
-}
 
 async fn recording_receiver(rec: &Recorder) -> Receiver {
     Receiver::bind(&TcpBackend::default(), loopback(), ReceiverConfig::default(), rec.handler()).await.expect("bind")

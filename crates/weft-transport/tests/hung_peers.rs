@@ -9,20 +9,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use support::{Recorder, SwitchPeers, guard, loopback, msg, wait_until};
+use support::{Recorder, SwitchPeers, fast_config, guard, loopback, msg, wait_until};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use weft_transport::{Backoff, Message, Receiver, ReceiverConfig, Sender, SenderConfig, StaticPeers, TcpBackend};
-
-fn fast_config() -> SenderConfig {
-    SenderConfig {
-        backoff: Backoff { initial: Duration::from_millis(5), max: Duration::from_millis(100), jitter: 0.5 },
-        redeliver_delay: Duration::from_millis(1),
-        min_resolve_interval: Duration::from_millis(10),
-        ..SenderConfig::default()
-    }
-}
+use weft_transport::{Message, Receiver, ReceiverConfig, Sender, SenderConfig, StaticPeers, TcpBackend};
 
 /// Counts the futures dropped while still running.
 struct DropCount(Arc<AtomicUsize>);

@@ -4,19 +4,8 @@ mod support;
 
 use std::time::Duration;
 
-use support::{Recorder, guard, loopback, msg, wait_until};
-use weft_transport::{
-    Backoff, PullError, PullReceiver, Receiver, ReceiverConfig, Sender, SenderConfig, Sent, StaticPeers, TcpBackend,
-};
-
-fn fast_config() -> SenderConfig {
-    SenderConfig {
-        backoff: Backoff { initial: Duration::from_millis(5), max: Duration::from_millis(100), jitter: 0.5 },
-        redeliver_delay: Duration::from_millis(1),
-        min_resolve_interval: Duration::from_millis(10),
-        ..SenderConfig::default()
-    }
-}
+use support::{Recorder, fast_config, guard, loopback, msg, wait_until};
+use weft_transport::{PullError, PullReceiver, Receiver, ReceiverConfig, Sender, Sent, StaticPeers, TcpBackend};
 
 async fn pull(config: ReceiverConfig) -> PullReceiver {
     PullReceiver::bind(&TcpBackend::default(), loopback(), config).await.expect("bind")

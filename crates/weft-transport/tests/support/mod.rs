@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use weft_transport::resolve::ResolveError;
-use weft_transport::{Message, PeerSet, PeerSource};
+use weft_transport::{Backoff, Message, PeerSet, PeerSource, SenderConfig};
 
 /// The hang guard for every wait: far longer than any of these tests needs.
 pub const DEADLINE: Duration = Duration::from_secs(60);
@@ -129,6 +129,17 @@ impl PeerSource for SwitchPeers {
 
     fn invalidate(&self) {
         self.inner.lock().expect("lock").invalidations += 1;
+    }
+}
+
+/// A sender that reconnects, re-resolves and redelivers within milliseconds, so tests of those
+/// paths do not wait on the production defaults.
+pub fn fast_config() -> SenderConfig {
+    SenderConfig {
+        backoff: Backoff { initial: Duration::from_millis(5), max: Duration::from_millis(100), jitter: 0.5 },
+        redeliver_delay: Duration::from_millis(1),
+        min_resolve_interval: Duration::from_millis(10),
+        ..SenderConfig::default()
     }
 }
 
