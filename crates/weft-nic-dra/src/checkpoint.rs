@@ -1,10 +1,11 @@
 //! The driver's prepared claims on disk, written atomically, and the [`PodNics`] view the NRI half
 //! reads.
 //!
-//! Format: the layout of the agent's resource-manager checkpoint (and the kubelet's): one JSON
-//! object `{"version": 1, "data": "<State as JSON>", "checksum": <crc32>}`, the CRC-32 (IEEE) over
-//! the `data` string's bytes. A store writes `<path>.tmp`, fsyncs it, renames it over `<path>` and
-//! fsyncs the directory, off the async workers: a crash leaves the old state or the new one.
+//! Format: a [`CheckpointFile`] (crate `weft-checkpoint`, shared with the agent's resource
+//! manager: the kubelet's layout, `{"version": 1, "data": "<State as JSON>", "checksum":
+//! <crc32>}`). A store writes `<path>.tmp`, fsyncs it, renames it over `<path>` and fsyncs the
+//! directory, off the async workers: a crash leaves the old state or the new one. Opening creates
+//! the directory when it is missing.
 //!
 //! The file is written before the in-memory state changes, so what [`Checkpoint::get`] and
 //! [`PodNics::nics_for_pod`] answer is always on disk. A corrupt file is moved aside to
@@ -13,13 +14,13 @@
 //! logged).
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{PoisonError, RwLock};
 
 use serde::{Deserialize, Serialize};
+pub use weft_checkpoint::CheckpointError;
+use weft_checkpoint::CheckpointFile;
 use weft_cni::pf::PfVfState;
 
 use crate::prepared::{ClaimRef, PodNics, PreparedNic};
@@ -54,120 +55,48 @@ pub struct State {
     pub claims: BTreeMap<String, ClaimEntry>,
 }
 
-#[derive(Serialize, Deserialize)]
-struct Envelope {
-    version: u32,
-    data: String,
-    checksum: u32,
-}
-
-/// Why the checkpoint could not be read or written.
-#[derive(Debug, thiserror::Error)]
-pub enum CheckpointError {
-    /// A file operation failed.
-    #[error("checkpoint {path}: {op}: {source}")]
-    Io {
-        /// The file or directory.
-        path: PathBuf,
-        /// What was being done.
-        op: &'static str,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The file is of a format version this build does not read (left in place).
-    #[error("checkpoint {path} has format version {found}; this build reads version {CHECKPOINT_VERSION}")]
-    UnsupportedVersion {
-        /// The file.
-        path: PathBuf,
-        /// The version found.
-        found: u32,
-    },
-    /// The state could not be encoded.
-    #[error("checkpoint {path}: encoding the state: {source}")]
-    Encode {
-        /// The file.
-        path: PathBuf,
-        /// The serde error.
-        #[source]
-        source: serde_json::Error,
-    },
-}
-
 /// The driver's checkpoint: the file and the state it holds.
 #[derive(Debug)]
 pub struct Checkpoint {
-    path: PathBuf,
+    file: CheckpointFile,
     state: RwLock<State>,
     /// Held from reading the state to storing the next one, so concurrent changes never lose one.
     writer: tokio::sync::Mutex<()>,
     fail_next: AtomicUsize,
 }
 
-fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
-    let mut s = path.as_os_str().to_owned();
-    s.push(suffix);
-    PathBuf::from(s)
-}
-
-fn io(path: &Path, op: &'static str) -> impl FnOnce(std::io::Error) -> CheckpointError {
-    let path = path.to_path_buf();
-    move |source| CheckpointError::Io { path, op, source }
-}
-
 impl Checkpoint {
-    /// Opens the checkpoint at `path`: its state, or an empty one when there is no file. A damaged
-    /// file is moved to `<path>.corrupt` and the state starts empty (logged); a file of another
-    /// format version is an error. The directory must exist when storing.
+    /// Opens the checkpoint at `path` (creating its directory when missing): its state, or an
+    /// empty one when there is no file. A damaged file is moved to `<path>.corrupt` and the state
+    /// starts empty (logged); a file of another format version is an error.
     pub fn open(path: impl Into<PathBuf>) -> Result<Checkpoint, CheckpointError> {
-        let path = path.into();
-        let state = match Self::read(&path)? {
-            Ok(state) => state,
-            Err(why) => {
-                let aside = with_suffix(&path, ".corrupt");
-                match std::fs::rename(&path, &aside) {
-                    Ok(()) => {
-                        tracing::warn!(path = %path.display(), moved_to = %aside.display(), "the NIC driver's checkpoint is corrupt ({why}); starting empty: addresses are found again in the API server, VLANs of claims prepared before are not restored")
-                    }
-                    Err(e) => {
-                        tracing::warn!(path = %path.display(), error = %e, "the NIC driver's checkpoint is corrupt ({why}) and could not be moved aside; starting empty")
-                    }
-                }
+        let file = CheckpointFile::new(path, CHECKPOINT_VERSION);
+        if let Some(dir) = file.path().parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| CheckpointError::Io {
+                path: dir.to_path_buf(),
+                op: "create directory",
+                source,
+            })?;
+        }
+        let state = match file.load::<State>() {
+            Ok(state) => state.unwrap_or_default(),
+            Err(e @ CheckpointError::Corrupt { .. }) => {
+                tracing::warn!(error = %e, "the NIC driver's checkpoint is damaged; starting empty: addresses are found again in the API server, VLANs of claims prepared before are not restored");
                 State::default()
             }
+            Err(e) => return Err(e),
         };
         Ok(Checkpoint {
-            path,
+            file,
             state: RwLock::new(state),
             writer: tokio::sync::Mutex::new(()),
             fail_next: AtomicUsize::new(0),
         })
     }
 
-    /// The state in `path`; the inner error says why the file is damaged.
-    fn read(path: &Path) -> Result<Result<State, String>, CheckpointError> {
-        let bytes = match std::fs::read(path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Ok(State::default())),
-            Err(e) => return Err(io(path, "read")(e)),
-        };
-        let envelope: Envelope = match serde_json::from_slice(&bytes) {
-            Ok(e) => e,
-            Err(e) => return Ok(Err(format!("not a checkpoint envelope: {e}"))),
-        };
-        if envelope.version != CHECKPOINT_VERSION {
-            return Err(CheckpointError::UnsupportedVersion { path: path.to_path_buf(), found: envelope.version });
-        }
-        let sum = crc32fast::hash(envelope.data.as_bytes());
-        if sum != envelope.checksum {
-            return Ok(Err(format!("checksum {sum:#010x} does not match the recorded {:#010x}", envelope.checksum)));
-        }
-        Ok(serde_json::from_str(&envelope.data).map_err(|e| format!("state does not decode: {e}")))
-    }
-
     /// The file.
     pub fn path(&self) -> &Path {
-        &self.path
+        self.file.path()
     }
 
     /// A copy of the whole state.
@@ -206,36 +135,19 @@ impl Checkpoint {
     }
 
     async fn store(&self, next: State) -> Result<(), CheckpointError> {
+        let write_error =
+            |e: std::io::Error| CheckpointError::Io { path: self.file.path().to_path_buf(), op: "write", source: e };
         if self.fail_next.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
-            return Err(io(&self.path, "write")(std::io::Error::other("injected fault")));
+            return Err(write_error(std::io::Error::other("injected fault")));
         }
-        let data = serde_json::to_string(&next)
-            .map_err(|source| CheckpointError::Encode { path: self.path.clone(), source })?;
-        let envelope = Envelope { version: CHECKPOINT_VERSION, checksum: crc32fast::hash(data.as_bytes()), data };
-        let bytes = serde_json::to_vec(&envelope)
-            .map_err(|source| CheckpointError::Encode { path: self.path.clone(), source })?;
-        let path = self.path.clone();
-        match tokio::task::spawn_blocking(move || write_atomic(&path, &bytes)).await {
+        let (file, state) = (self.file.clone(), next.clone());
+        match tokio::task::spawn_blocking(move || file.store(&state)).await {
             Ok(r) => r?,
-            Err(e) => return Err(io(&self.path, "write")(std::io::Error::other(e.to_string()))),
+            Err(e) => return Err(write_error(std::io::Error::other(e.to_string()))),
         }
         *self.state.write().unwrap_or_else(PoisonError::into_inner) = next;
         Ok(())
     }
-}
-
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
-    let tmp = with_suffix(path, ".tmp");
-    let mut file = OpenOptions::new().write(true).create(true).truncate(true).open(&tmp).map_err(io(&tmp, "create"))?;
-    file.write_all(bytes).map_err(io(&tmp, "write"))?;
-    file.sync_all().map_err(io(&tmp, "fsync"))?;
-    drop(file);
-    std::fs::rename(&tmp, path).map_err(io(path, "rename"))?;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    File::open(&dir).and_then(|d| d.sync_all()).map_err(io(&dir, "fsync directory"))
 }
 
 impl PodNics for Checkpoint {
@@ -318,6 +230,15 @@ mod tests {
         assert!(cp.get("u1").is_none() && !path.exists());
         cp.insert(entry("u1", "a", "p")).await.unwrap();
         assert!(cp.get("u1").is_some());
+    }
+
+    #[tokio::test]
+    async fn a_missing_directory_is_created() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("var/lib/weft/nic-dra/checkpoint.json");
+        let cp = Checkpoint::open(&path).unwrap();
+        cp.insert(entry("u1", "a", "p")).await.unwrap();
+        assert_eq!(Checkpoint::open(&path).unwrap().state(), cp.state());
     }
 
     #[tokio::test]

@@ -15,7 +15,7 @@ const COMPONENTS: [&str; 7] = [
     "weft-nic-dra",
 ];
 /// Shared layers: may not depend on any component.
-const SHARED: [&str; 4] = ["weft-kube", "weft-record", "weft-deviceplugin", "weft-ipam"];
+const SHARED: [&str; 5] = ["weft-kube", "weft-record", "weft-deviceplugin", "weft-ipam", "weft-checkpoint"];
 const TEST_ONLY: [&str; 4] = ["weft-testkit", "weft-fakeapi", "weft-nri-harness", "weft-kubelet-harness"];
 
 /// The names in a crate's `[dependencies]` table (not dev- or build-dependencies).
