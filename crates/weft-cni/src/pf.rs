@@ -117,10 +117,11 @@ pub enum PfError {
     },
 }
 
-/// Reads and sets a VF's PF-side settings.
-pub trait PfControl {
+/// Reads and sets a VF's PF-side settings. The futures are `Send`, so a controller can be held
+/// behind a trait object and called from a multi-threaded server's handlers.
+pub trait PfControl: Send + Sync {
     /// VF `vf`'s settings on PF `pf`.
-    fn vf_state(&self, host: &Links, pf: &str, vf: u32) -> impl Future<Output = Result<PfVfState, PfError>>;
+    fn vf_state(&self, host: &Links, pf: &str, vf: u32) -> impl Future<Output = Result<PfVfState, PfError>> + Send;
     /// Set VF `vf`'s VLAN on PF `pf` (vlan 0 with qos 0: untagged).
     fn set_vlan(
         &self,
@@ -130,9 +131,9 @@ pub trait PfControl {
         vlan: u16,
         qos: u8,
         proto: VlanProto,
-    ) -> impl Future<Output = Result<(), PfError>>;
+    ) -> impl Future<Output = Result<(), PfError>> + Send;
     /// Set VF `vf`'s administrative MAC on PF `pf`.
-    fn set_mac(&self, host: &Links, pf: &str, vf: u32, mac: &Mac) -> impl Future<Output = Result<(), PfError>>;
+    fn set_mac(&self, host: &Links, pf: &str, vf: u32, mac: &Mac) -> impl Future<Output = Result<(), PfError>> + Send;
 }
 
 /// The kernel, over netlink on the PF.

@@ -1,12 +1,12 @@
 //! The VF's VLAN, set through its PF with weft-cni's [`PfControl`] (the kernel's
-//! [`NetlinkPfControl`], or [`FakePfControl`] in tests), behind [`VfVlan`]: a seam the driver can
+//! `NetlinkPfControl`, or `FakePfControl` in tests), behind [`VfVlan`]: a seam the driver can
 //! hold as a trait object and call from its gRPC handlers (whose futures must be `Send`).
 
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use weft_cni::net::{LinkError, Links};
-use weft_cni::pf::{FakePfControl, NetlinkPfControl, PfControl, PfError, PfVfState, VlanProto};
+use weft_cni::pf::{PfControl, PfError, PfVfState, VlanProto};
 
 /// Reads and sets a VF's PF-side VLAN.
 pub trait VfVlan: Send + Sync + 'static {
@@ -38,24 +38,7 @@ impl<P> PfVlan<P> {
     }
 }
 
-impl VfVlan for PfVlan<NetlinkPfControl> {
-    fn state<'a>(&'a self, pf: &'a str, vf: u32) -> BoxFuture<'a, Result<PfVfState, PfError>> {
-        Box::pin(self.control.vf_state(&self.host, pf, vf))
-    }
-
-    fn set<'a>(
-        &'a self,
-        pf: &'a str,
-        vf: u32,
-        vlan: u16,
-        qos: u8,
-        proto: VlanProto,
-    ) -> BoxFuture<'a, Result<(), PfError>> {
-        Box::pin(self.control.set_vlan(&self.host, pf, vf, vlan, qos, proto))
-    }
-}
-
-impl VfVlan for PfVlan<FakePfControl> {
+impl<P: PfControl + 'static> VfVlan for PfVlan<P> {
     fn state<'a>(&'a self, pf: &'a str, vf: u32) -> BoxFuture<'a, Result<PfVfState, PfError>> {
         Box::pin(self.control.vf_state(&self.host, pf, vf))
     }
