@@ -90,12 +90,25 @@ impl Acceptor for tokio::net::TcpListener {
     }
 }
 
+/// An accept error that concerns one connection's link setup (a bad or late handshake, no
+/// device), not the listener: the listener goes on, and the next accept may succeed. Its text
+/// is the setup's error, naming the peer.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct SetupFailed(pub io::Error);
+
+/// Whether an accept error is one connection's failed setup ([`SetupFailed`]) rather than the
+/// listener's own (out of descriptors and the like).
+pub fn is_setup_failure(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<SetupFailed>())
+}
+
 /// Link setups (handshakes) of accepted connections, run side by side in a task of their own:
 /// a peer that connects and then says nothing holds up its own link only, not the links of
 /// the peers behind it. Finished links come out of [`Setups::next`] in the order they finish;
-/// a setup that fails is logged and refused there (the peer hears it from its own setup);
-/// an error of the listener itself is passed on. Dropping it stops accepting and drops the
-/// setups under way.
+/// a setup that fails comes out as a [`SetupFailed`] error (the listener goes on), and an
+/// error of the listener itself is passed on. Dropping it stops accepting and drops the setups
+/// under way.
 pub(crate) struct Setups<L> {
     links: tokio::sync::mpsc::Receiver<io::Result<L>>,
     task: tokio::task::JoinHandle<()>,
@@ -131,7 +144,12 @@ impl<L: Send + 'static> Setups<L> {
                                 return;
                             }
                         }
-                        Ok(Err(e)) => tracing::warn!(listener = %what, error = %e, "link setup failed; refused"),
+                        Ok(Err(e)) => {
+                            tracing::debug!(listener = %what, error = %e, "link setup failed; refused");
+                            if tx.send(Err(io::Error::new(e.kind(), SetupFailed(e)))).await.is_err() {
+                                return;
+                            }
+                        }
                         Err(e) => tracing::error!(listener = %what, error = %e, "a link setup task ended abnormally"),
                     },
                     () = tx.closed() => return,

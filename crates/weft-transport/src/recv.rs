@@ -39,7 +39,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
 
-use crate::backend::{Backend, FrameListener, FrameReader, FrameWriter};
+use crate::backend::{Backend, FrameListener, FrameReader, FrameWriter, is_setup_failure};
 use crate::policy::{DedupWindow, Seen, input_watermark};
 use crate::protocol::{Control, Message, NO_WATERMARK, decode, encode_ack, encode_alive, encode_nack};
 
@@ -326,6 +326,9 @@ async fn accept_loop<L: FrameListener, H: Handler>(
                 Ok((writer, reader, peer)) => {
                     shared.links_accepted.fetch_add(1, Ordering::Relaxed);
                     links.spawn(serve_link(writer, reader, peer, shared.clone(), handler.clone()));
+                }
+                Err(e) if is_setup_failure(&e) => {
+                    tracing::warn!(backend, error = %e, "a link's setup failed; refused");
                 }
                 Err(e) => {
                     tracing::warn!(backend, error = %e, "accepting a link failed");

@@ -650,7 +650,8 @@ impl Backend for RdmaBackend {
 
 /// Accepts RDMA links: a TCP accept, then the link setup (up to
 /// [`RdmaConfig::connect_timeout`]). Setups run side by side, so a peer slow in its setup holds
-/// up only its own link; a failed setup is logged, naming the peer, and refused.
+/// up only its own link; a failed setup comes out of `accept` as a
+/// [`SetupFailed`](crate::backend::SetupFailed) error naming the peer, and the listener goes on.
 pub struct RdmaListener {
     setups: Setups<(RdmaWriter, RdmaReader, SocketAddr)>,
     local: SocketAddr,

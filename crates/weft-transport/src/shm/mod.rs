@@ -104,7 +104,7 @@ use tokio::net::{UnixListener, UnixStream};
 
 pub use ring::{RingState, ShmReader, ShmWriter};
 
-use crate::backend::{Backend, FrameListener, Setups};
+use crate::backend::{Backend, FrameListener, Setups, is_setup_failure};
 use link::Link;
 use region::Region;
 
@@ -395,12 +395,20 @@ impl FrameListener for ShmListener {
     type Reader = ShmReader;
 
     /// The next link. Handshakes run side by side, each up to the handshake timeout: a peer
-    /// whose hello is malformed or late is refused (logged) without holding up the others.
+    /// whose hello is malformed or late is refused without holding up the others, and its
+    /// refusal comes out of `accept` as a [`SetupFailed`](crate::backend::SetupFailed) error
+    /// (the listener goes on).
     fn accept(&mut self) -> impl Future<Output = io::Result<(ShmWriter, ShmReader, SocketAddr)>> + Send {
         let path = &self.path;
         let next = self.setups.next();
         async move {
-            next.await.map_err(|e| io::Error::new(e.kind(), format!("accepting on shm socket {}: {e}", path.display())))
+            next.await.map_err(|e| {
+                if is_setup_failure(&e) {
+                    e
+                } else {
+                    io::Error::new(e.kind(), format!("accepting on shm socket {}: {e}", path.display()))
+                }
+            })
         }
     }
 

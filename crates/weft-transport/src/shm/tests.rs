@@ -120,7 +120,17 @@ async fn malformed_hellos_are_refused_with_a_reason_and_the_listener_goes_on() {
     let backend = ShmBackend::new(dir.path());
     let mut listener = backend.bind(addr(7001)).await.expect("bind");
     let path = listener.socket_path().to_path_buf();
-    let accept = tokio::spawn(async move { listener.accept().await.map(|(_, _, peer)| peer) });
+    // Each refused hello is an accept error marked as one link's failure; the listener goes on.
+    let accept = tokio::spawn(async move {
+        let mut refused = 0;
+        loop {
+            match listener.accept().await {
+                Ok((_, _, peer)) => return Ok::<_, std::io::Error>((peer, refused)),
+                Err(e) if crate::backend::is_setup_failure(&e) => refused += 1,
+                Err(e) => return Err(e),
+            }
+        }
+    });
 
     let mut bad_magic = encode_hello(None);
     bad_magic[0] = b'X';
@@ -157,7 +167,7 @@ async fn malformed_hellos_are_refused_with_a_reason_and_the_listener_goes_on() {
     // Still accepting: a proper peer gets through, with the address it declared.
     let me = SocketAddr::from(([10, 0, 0, 9], 1234));
     let (_w, _r) = backend.clone().local_addr(me).connect(addr(7001)).await.expect("connect");
-    assert_eq!(accept.await.expect("join").expect("accept"), me);
+    assert_eq!(accept.await.expect("join").expect("accept"), (me, 5), "five refusals, then the peer");
 }
 
 #[test]
