@@ -2,13 +2,12 @@
 //! video pipeline of deploy/examples/numaflow/video-pipeline.yaml admitted through `weft webhook`
 //! (mutating, then validating, as the API server calls them) with the real watch-backed NumaNetwork
 //! source, stored, and turned into Vertex objects and pods by a test-only Numaflow playing
-//! upstream's pipeline and vertex controllers (tests/numaflow). The pods must end up with the
+//! upstream's pipeline and vertex controllers (`weft_testkit::numaflow`). The pods must end up with the
 //! NumaNetwork's claim (pod and container), VERTEX_DOMAIN / VERTEX_DOMAIN_TARGETS and the
 //! weft.io/vertex-domains annotation the DNS registrar reads; the NumaNetwork cap is enforced with
 //! a LIST against the same server.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod numaflow;
 mod support;
 
 use std::sync::Arc;
@@ -23,6 +22,7 @@ use weft_crds::NumaNetwork;
 use weft_fakeapi::{FakeApiServer, ResourceSpec, Verb};
 use weft_jobs::admission::AdmissionOptions;
 use weft_pipeline::{PIPELINE_NAME_LABEL, VERTEX_DOMAINS_ANNOTATION, VERTEX_NAME_LABEL, VertexDomainEntry};
+use weft_testkit::numaflow;
 
 const NN: &str = "pipeline1-multi-network";
 const RCT: &str = "pipeline1-multi-network-rct";

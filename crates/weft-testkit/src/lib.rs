@@ -1,10 +1,12 @@
 //! Test support shared by weft's crates (never a dependency of a shipped one): topologies and
 //! Kubernetes objects as kube-scheduler sends them, a harness for controllers under test
-//! ([`controller`]), and checks of recorded API requests against the deploy RBAC ([`rbac`]).
+//! ([`controller`]), checks of recorded API requests against the deploy RBAC ([`rbac`]), and a
+//! test-only Numaflow ([`numaflow`]: its pipeline and vertex controllers over the fake API server).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod controller;
 pub mod netns;
+pub mod numaflow;
 pub mod process;
 pub mod rbac;
 

@@ -24,9 +24,6 @@
 //! etcd process and temporary files are removed by guards, pass or fail.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-// Numaflow's pipeline and vertex controllers, as the Pipeline webhook's tests play them.
-#[path = "../../weft-admission/tests/numaflow/mod.rs"]
-mod numaflow;
 // A real etcd on loopback and a lookup that reads it as CoreDNS's etcd plugin does.
 #[path = "../../weft-dns/tests/support/mod.rs"]
 mod dns_support;
@@ -66,6 +63,7 @@ use weft_nri_harness::{Runtime, RuntimeOptions};
 use weft_pipeline::{VERTEX_DOMAIN_ENV, VERTEX_DOMAIN_TARGETS_ENV, VERTEX_DOMAINS_ANNOTATION, VertexDomainEntry};
 use weft_testkit::controller::{fast_settings, guard};
 use weft_testkit::netns::{NetnsGuard, VethGuard, have, ip, is_root, unique};
+use weft_testkit::numaflow;
 use weft_topology::discover::{FakeSriovTree, read_sriov};
 
 /// The pipeline's namespace.

@@ -20,8 +20,6 @@
 //! Left out (they do not touch weft's fields): the ISB service and buffers, daemon and side-input
 //! deployments, services, probes, PVCs, scaling, lifecycle (pause), limits merging.
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
-
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::pin::pin;
