@@ -2,6 +2,7 @@
 //! I/O: which link a message goes to, how long to wait before reconnecting, which ids are
 //! duplicates, what the input watermark is, and whether a message fits the in-flight bound.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -143,27 +144,31 @@ pub enum Seen {
 /// than `capacity` of them or they are older than `ttl`, oldest first; a duplicate that arrives
 /// after its id was forgotten runs the handler again (at-least-once). In-progress ids are not
 /// counted: they are bounded by the handlers running and waiting.
+///
+/// The ids come from peers, so the map's hasher is keyed (foldhash's per-process random seed),
+/// and fast: every message costs a lookup when it arrives and one when its handler finishes.
 #[derive(Debug)]
 pub struct DedupWindow {
     capacity: usize,
     ttl: Duration,
-    states: HashMap<Arc<str>, Seen>,
+    states: HashMap<Arc<str>, Seen, foldhash::fast::RandomState>,
     done: VecDeque<(Arc<str>, Instant)>,
 }
 
 impl DedupWindow {
     /// A window of at most `capacity` done ids, each kept at most `ttl`.
     pub fn new(capacity: usize, ttl: Duration) -> Self {
-        Self { capacity, ttl, states: HashMap::new(), done: VecDeque::new() }
+        Self { capacity, ttl, states: HashMap::default(), done: VecDeque::new() }
     }
 
     /// Looks `id` up, marking it in progress when it is new.
     pub fn begin(&mut self, id: &str, now: Instant) -> Seen {
         self.expire(now);
-        match self.states.get(id) {
-            Some(seen) => *seen,
-            None => {
-                self.states.insert(Arc::from(id), Seen::InProgress);
+        // One lookup; the key is needed for a new id anyway (duplicates are the rare case).
+        match self.states.entry(Arc::from(id)) {
+            Entry::Occupied(seen) => *seen.get(),
+            Entry::Vacant(slot) => {
+                slot.insert(Seen::InProgress);
                 Seen::New
             }
         }
@@ -171,11 +176,15 @@ impl DedupWindow {
 
     /// The handler for `id` finished: done when `ok`, forgotten otherwise.
     pub fn finish(&mut self, id: &str, ok: bool, now: Instant) {
-        let Some((key, _)) = self.states.remove_entry(id) else {
-            return;
-        };
-        if ok {
-            self.states.insert(key.clone(), Seen::Done);
+        if !ok {
+            self.states.remove(id);
+        } else if let Some((key, seen)) = self.states.get_key_value(id)
+            && *seen == Seen::InProgress
+        {
+            let key = key.clone();
+            if let Some(seen) = self.states.get_mut(id) {
+                *seen = Seen::Done;
+            }
             self.done.push_back((key, now));
         }
         self.expire(now);
@@ -187,16 +196,19 @@ impl DedupWindow {
     }
 
     fn expire(&mut self, now: Instant) {
-        while let Some((id, at)) = self.done.front() {
+        while let Some((_, at)) = self.done.front() {
             let too_many = self.done.len() > self.capacity;
             let too_old = now.saturating_duration_since(*at) > self.ttl;
             if !too_many && !too_old {
                 break;
             }
-            if self.states.get(id) == Some(&Seen::Done) {
-                self.states.remove(id);
+            let Some((id, _)) = self.done.pop_front() else {
+                break;
+            };
+            // Done ids go; one whose state is something else now keeps it.
+            if let Some(other @ Seen::InProgress) = self.states.remove(&id) {
+                self.states.insert(id, other);
             }
-            self.done.pop_front();
         }
     }
 }
