@@ -57,6 +57,23 @@ async fn expect_frame<R: FrameReader>(reader: &mut R, what: &str, want: &Frame) 
     }
 }
 
+/// Writes `frames` one by one in a task of its own, so the caller can read them meanwhile; the
+/// task gives the writer back, keeping the link open until it is joined.
+fn spawn_writer<W: FrameWriter>(mut writer: W, frames: Vec<Frame>) -> tokio::task::JoinHandle<io::Result<W>> {
+    tokio::spawn(async move {
+        for f in &frames {
+            writer.write_frame(&f.header, &f.payload).await?;
+        }
+        Ok(writer)
+    })
+}
+
+/// Waits for a writer task; a failed write or a failed task is the error.
+async fn writer_done<W>(writer: tokio::task::JoinHandle<io::Result<W>>) -> Result<(), String> {
+    guard("writer", writer).await?.map_err(|e| format!("writer task: {e}"))?.map_err(|e| format!("write: {e}"))?;
+    Ok(())
+}
+
 /// Runs every check that needs nothing backend-specific; `largest_payload` is the biggest
 /// payload the backend is configured to carry.
 pub async fn run_all<B: Backend>(backend: &B, local: SocketAddr, largest_payload: usize) -> Result<(), String> {
@@ -73,23 +90,16 @@ pub async fn run_all<B: Backend>(backend: &B, local: SocketAddr, largest_payload
 
 /// 1000 frames of varied sizes arrive whole and in order.
 pub async fn frames_in_order<B: Backend>(backend: &B, local: SocketAddr) -> Result<(), String> {
-    let ((mut cw, _cr, _sw, mut sr), _l) = link(backend, local).await?;
+    let ((cw, _cr, _sw, mut sr), _l) = link(backend, local).await?;
     let sizes = [0usize, 1, 100, 4096, 70_000, 3];
     let frames: Vec<Frame> = (0..1000)
         .map(|i| Frame { header: Bytes::from(format!("header {i}")), payload: payload(i, sizes[i % sizes.len()]) })
         .collect();
-    let sent = frames.clone();
-    let writer = tokio::spawn(async move {
-        for f in &sent {
-            cw.write_frame(&f.header, &f.payload).await?;
-        }
-        Ok::<_, io::Error>(cw)
-    });
+    let writer = spawn_writer(cw, frames.clone());
     for (i, f) in frames.iter().enumerate() {
         expect_frame(&mut sr, &format!("frame {i}"), f).await?;
     }
-    guard("writer", writer).await?.map_err(|e| format!("writer task: {e}"))?.map_err(|e| format!("write: {e}"))?;
-    Ok(())
+    writer_done(writer).await
 }
 
 /// 600 frames given to `write_frames` in batches of 1 to 300 (mixed sizes, empty payloads
@@ -113,24 +123,17 @@ pub async fn gathered_frames_in_order<B: Backend>(backend: &B, local: SocketAddr
     for (i, f) in frames.iter().enumerate() {
         expect_frame(&mut sr, &format!("gathered frame {i}"), f).await?;
     }
-    guard("writer", writer).await?.map_err(|e| format!("writer task: {e}"))?.map_err(|e| format!("write: {e}"))?;
-    Ok(())
+    writer_done(writer).await
 }
 
 /// Payloads kept by the reader's caller while later frames are read (as handlers keep them)
 /// are not overwritten by the backend's buffer reuse. At most about 1.2 MB is held at once, so a
 /// backend whose payloads lease a bounded ring passes with a ring of 2 MiB or more.
 pub async fn held_payloads_stay_intact<B: Backend>(backend: &B, local: SocketAddr) -> Result<(), String> {
-    let ((mut cw, _cr, _sw, mut sr), _l) = link(backend, local).await?;
+    let ((cw, _cr, _sw, mut sr), _l) = link(backend, local).await?;
     let frames: Vec<Frame> =
         (0..30).map(|i| Frame { header: Bytes::from(format!("held {i}")), payload: payload(i, 40_000 + i) }).collect();
-    let sent = frames.clone();
-    let writer = tokio::spawn(async move {
-        for f in &sent {
-            cw.write_frame(&f.header, &f.payload).await?;
-        }
-        Ok::<_, io::Error>(cw)
-    });
+    let writer = spawn_writer(cw, frames.clone());
     let mut held = Vec::new();
     for i in 0..frames.len() {
         match guard("read", sr.read_frame()).await? {
@@ -149,8 +152,7 @@ pub async fn held_payloads_stay_intact<B: Backend>(backend: &B, local: SocketAdd
             return Err(format!("held frame {i} changed after later frames were read"));
         }
     }
-    guard("writer", writer).await?.map_err(|e| format!("writer task: {e}"))?.map_err(|e| format!("write: {e}"))?;
-    Ok(())
+    writer_done(writer).await
 }
 
 /// Frames with an empty header, an empty payload, or both.
@@ -173,24 +175,17 @@ pub async fn empty_frames<B: Backend>(backend: &B, local: SocketAddr) -> Result<
 
 /// A frame with a payload of exactly `size` bytes, twice, and a small one after it.
 pub async fn largest_frame<B: Backend>(backend: &B, local: SocketAddr, size: usize) -> Result<(), String> {
-    let ((mut cw, _cr, _sw, mut sr), _l) = link(backend, local).await?;
+    let ((cw, _cr, _sw, mut sr), _l) = link(backend, local).await?;
     let frames = vec![
         Frame { header: Bytes::from_static(b"big"), payload: payload(1, size) },
         Frame { header: Bytes::from_static(b"big again"), payload: payload(2, size) },
         Frame { header: Bytes::from_static(b"small"), payload: payload(3, 10) },
     ];
-    let sent = frames.clone();
-    let writer = tokio::spawn(async move {
-        for f in &sent {
-            cw.write_frame(&f.header, &f.payload).await?;
-        }
-        Ok::<_, io::Error>(cw)
-    });
+    let writer = spawn_writer(cw, frames.clone());
     for (i, f) in frames.iter().enumerate() {
         expect_frame(&mut sr, &format!("large frame {i} ({size} bytes)"), f).await?;
     }
-    guard("writer", writer).await?.map_err(|e| format!("writer task: {e}"))?.map_err(|e| format!("write: {e}"))?;
-    Ok(())
+    writer_done(writer).await
 }
 
 /// Both ends write and read at the same time, each half in its own task.
