@@ -6,26 +6,11 @@ mod support;
 use std::sync::Arc;
 
 use futures::FutureExt;
-use support::{Recorder, guard, loopback, msg, wait_until};
+use support::{Recorder, guard, loopback, msg, permit_gated_receiver, wait_until};
 use tokio::sync::Semaphore;
 use weft_transport::{
     InFlightLimit, Message, OnFull, Receiver, ReceiverConfig, Sender, SenderConfig, Sent, StaticPeers, TcpBackend,
 };
-
-/// A receiver whose handler records the message, then waits for a permit from `gate`.
-async fn gated_receiver(rec: &Recorder, gate: &Arc<Semaphore>) -> Receiver {
-    let (rec, gate) = (rec.clone(), gate.clone());
-    Receiver::bind(&TcpBackend::default(), loopback(), ReceiverConfig::default(), move |m: Message| {
-        let (rec, gate) = (rec.clone(), gate.clone());
-        async move {
-            rec.record(m);
-            gate.acquire().await.map_err(|e| e.to_string())?.forget();
-            Ok::<(), String>(())
-        }
-    })
-    .await
-    .expect("bind")
-}
 
 fn config(on_full: OnFull, messages: usize, bytes: usize) -> SenderConfig {
     SenderConfig { on_full, in_flight: InFlightLimit { messages, bytes }, ..SenderConfig::default() }
@@ -36,7 +21,7 @@ fn config(on_full: OnFull, messages: usize, bytes: usize) -> SenderConfig {
 async fn gated(on_full: OnFull, messages: usize, bytes: usize) -> (Arc<Semaphore>, Recorder, Receiver, Sender) {
     let gate = Arc::new(Semaphore::new(0));
     let rec = Recorder::default();
-    let receiver = gated_receiver(&rec, &gate).await;
+    let receiver = permit_gated_receiver(&rec, &gate).await;
     let sender =
         Sender::new(TcpBackend::default(), StaticPeers::new([receiver.local_addr()]), config(on_full, messages, bytes));
     (gate, rec, receiver, sender)

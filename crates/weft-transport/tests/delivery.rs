@@ -7,49 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use support::{Recorder, SwitchPeers, fast_config, guard, loopback, msg, wait_until};
-use tokio::sync::watch;
+use support::{
+    Gate, Recorder, SwitchPeers, fast_config, gated_receiver, guard, loopback, msg, recording_receiver, wait_until,
+};
 use weft_transport::protocol::EncodeError;
 use weft_transport::{
     InFlightLimit, Message, Receiver, ReceiverConfig, Selection, SendError, Sender, SenderConfig, Sent, StaticPeers,
     TcpBackend,
 };
-
-async fn recording_receiver(rec: &Recorder) -> Receiver {
-    Receiver::bind(&TcpBackend::default(), loopback(), ReceiverConfig::default(), rec.handler()).await.expect("bind")
-}
-
-/// A gate handlers wait at until the test opens it.
-#[derive(Clone)]
-struct Gate(watch::Sender<bool>);
-
-impl Gate {
-    fn closed() -> Self {
-        Self(watch::channel(false).0)
-    }
-    fn open(&self) {
-        self.0.send_replace(true);
-    }
-    async fn pass(&self) {
-        let mut rx = self.0.subscribe();
-        let _ = rx.wait_for(|open| *open).await;
-    }
-}
-
-/// A receiver whose handler records each message, then waits at `gate`.
-async fn gated_receiver(rec: &Recorder, gate: &Gate) -> Receiver {
-    let (rec, gate) = (rec.clone(), gate.clone());
-    Receiver::bind(&TcpBackend::default(), loopback(), ReceiverConfig::default(), move |m: Message| {
-        let (rec, gate) = (rec.clone(), gate.clone());
-        async move {
-            rec.record(m);
-            gate.pass().await;
-            Ok::<(), String>(())
-        }
-    })
-    .await
-    .expect("bind")
-}
 
 async fn wait_links(sender: &Sender, n: usize) {
     guard(&format!("{n} links up"), sender.wait_for_links(n)).await;
@@ -132,7 +97,7 @@ async fn least_outstanding_sends_past_a_busy_peer() {
     // robin would give A every second message).
     let gate = Gate::closed();
     let rec_a = Recorder::default();
-    let a = gated_receiver(&rec_a, &gate).await;
+    let a = gated_receiver(&rec_a, &gate, ReceiverConfig::default()).await;
     let rec_b = Recorder::default();
     let b = recording_receiver(&rec_b).await;
     let sender = Sender::new(
@@ -210,7 +175,7 @@ async fn a_resent_id_reaches_the_handler_once() {
 async fn a_duplicate_of_a_running_message_waits_for_its_outcome() {
     let gate = Gate::closed();
     let rec = Recorder::default();
-    let receiver = gated_receiver(&rec, &gate).await;
+    let receiver = gated_receiver(&rec, &gate, ReceiverConfig::default()).await;
     let sender = Sender::new(TcpBackend::default(), StaticPeers::new([receiver.local_addr()]), fast_config());
     let first = sender.send(msg("x", 10)).await.expect("send");
     let second = sender.send(msg("x", 10)).await.expect("send");
@@ -355,7 +320,7 @@ async fn a_peer_sending_garbage_is_cut_off_and_others_are_still_served() {
 async fn closing_a_receiver_acknowledges_what_it_handled_so_nothing_runs_twice() {
     let gate = Gate::closed();
     let (rec_a, rec_b) = (Recorder::default(), Recorder::default());
-    let closing = gated_receiver(&rec_a, &gate).await;
+    let closing = gated_receiver(&rec_a, &gate, ReceiverConfig::default()).await;
     let other = recording_receiver(&rec_b).await;
     let sender =
         Sender::new(TcpBackend::default(), StaticPeers::new([closing.local_addr(), other.local_addr()]), fast_config());

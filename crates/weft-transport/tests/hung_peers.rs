@@ -9,10 +9,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use support::{Recorder, SwitchPeers, fast_config, guard, loopback, msg, wait_until};
+use support::{Gate, Recorder, SwitchPeers, fast_config, gated_receiver, guard, loopback, msg, wait_until};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 use weft_transport::{Message, Receiver, ReceiverConfig, Sender, SenderConfig, StaticPeers, TcpBackend};
 
 /// Counts the futures dropped while still running.
@@ -69,24 +68,13 @@ async fn a_handler_that_never_returns_is_cancelled_and_its_message_delivered_aga
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handlers_without_a_limit_are_left_running() {
-    let gate = watch::channel(false).0;
+    let gate = Gate::closed();
     let config = ReceiverConfig { handler_timeout: None, ..ReceiverConfig::default() };
-    let receiver = {
-        let gate = gate.clone();
-        Receiver::bind(&TcpBackend::default(), loopback(), config, move |_m: Message| {
-            let mut open = gate.subscribe();
-            async move {
-                let _ = open.wait_for(|o| *o).await;
-                Ok::<(), String>(())
-            }
-        })
-        .await
-        .expect("bind")
-    };
+    let receiver = gated_receiver(&Recorder::default(), &gate, config).await;
     let sender = Sender::new(TcpBackend::default(), StaticPeers::new([receiver.local_addr()]), fast_config());
     let sent = sender.send(msg("slow", 10)).await.expect("send");
     wait_until("the message reached the handler", || receiver.stats().received == 1).await;
-    gate.send_replace(true);
+    gate.open();
     guard("ack", sent.acked()).await.expect("acked");
     assert_eq!(receiver.stats().timed_out, 0);
 }
@@ -128,22 +116,10 @@ async fn silent_peer() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_receiver_is_left_and_a_slow_one_that_speaks_is_kept() {
     // The live receiver's handler waits at a gate: slow, but it speaks (alive frames).
-    let gate = watch::channel(false).0;
+    let gate = Gate::closed();
     let rec = Recorder::default();
-    let live = {
-        let (gate, rec) = (gate.clone(), rec.clone());
-        let config = ReceiverConfig { alive_interval: Duration::from_millis(20), ..ReceiverConfig::default() };
-        Receiver::bind(&TcpBackend::default(), loopback(), config, move |m: Message| {
-            let mut open = gate.subscribe();
-            rec.record(m);
-            async move {
-                let _ = open.wait_for(|o| *o).await;
-                Ok::<(), String>(())
-            }
-        })
-        .await
-        .expect("bind")
-    };
+    let config = ReceiverConfig { alive_interval: Duration::from_millis(20), ..ReceiverConfig::default() };
+    let live = gated_receiver(&rec, &gate, config).await;
     let (silent, silent_accepts) = silent_peer().await;
     let peers = SwitchPeers::new(vec![live.local_addr()], Some(Duration::from_millis(20)));
     let config = SenderConfig { silence_timeout: Some(Duration::from_millis(300)), ..fast_config() };
@@ -161,7 +137,7 @@ async fn a_silent_receiver_is_left_and_a_slow_one_that_speaks_is_kept() {
     }
     wait_until("the silent link is failed", || sender.stats().silent_links >= 1).await;
     assert!(silent_accepts.load(Ordering::SeqCst) >= 1);
-    gate.send_replace(true);
+    gate.open();
     for h in handles {
         assert!(guard("ack", h.acked()).await.expect("acked"));
     }

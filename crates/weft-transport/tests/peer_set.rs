@@ -6,9 +6,9 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use support::{Recorder, SwitchPeers, guard, loopback, msg, wait_until};
+use support::{Recorder, SwitchPeers, guard, msg, permit_gated_receiver, recording_receiver, wait_until};
 use tokio::sync::Semaphore;
-use weft_transport::{Backoff, Message, Receiver, ReceiverConfig, Sender, SenderConfig, TcpBackend};
+use weft_transport::{Backoff, Sender, SenderConfig, TcpBackend};
 
 fn fast() -> SenderConfig {
     SenderConfig {
@@ -22,23 +22,9 @@ fn fast() -> SenderConfig {
 async fn a_removed_peer_drains_and_a_new_peer_takes_over_without_loss() {
     let gate = Arc::new(Semaphore::new(0));
     let rec_a = Recorder::default();
-    let a = {
-        let (rec, gate) = (rec_a.clone(), gate.clone());
-        Receiver::bind(&TcpBackend::default(), loopback(), ReceiverConfig::default(), move |m: Message| {
-            let (rec, gate) = (rec.clone(), gate.clone());
-            async move {
-                rec.record(m);
-                gate.acquire().await.map_err(|e| e.to_string())?.forget();
-                Ok::<(), String>(())
-            }
-        })
-        .await
-        .expect("bind a")
-    };
+    let a = permit_gated_receiver(&rec_a, &gate).await;
     let rec_b = Recorder::default();
-    let b = Receiver::bind(&TcpBackend::default(), loopback(), ReceiverConfig::default(), rec_b.handler())
-        .await
-        .expect("bind b");
+    let b = recording_receiver(&rec_b).await;
     let peers = SwitchPeers::new(vec![a.local_addr()], Some(Duration::from_millis(20)));
     let sender = Sender::new(TcpBackend::default(), peers.clone(), fast());
     let mut first = Vec::new();
@@ -79,9 +65,7 @@ async fn a_removed_peer_drains_and_a_new_peer_takes_over_without_loss() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_failure_makes_the_sender_resolve_afresh() {
     let rec_a = Recorder::default();
-    let a = Receiver::bind(&TcpBackend::default(), loopback(), ReceiverConfig::default(), rec_a.handler())
-        .await
-        .expect("bind a");
+    let a = recording_receiver(&rec_a).await;
     // Valid for ever: only a failure makes the sender ask again.
     let peers = SwitchPeers::new(vec![a.local_addr()], None);
     let sender = Sender::new(TcpBackend::default(), peers.clone(), fast());
@@ -89,9 +73,7 @@ async fn a_connection_failure_makes_the_sender_resolve_afresh() {
     assert_eq!(peers.resolutions(), 1);
 
     let rec_b = Recorder::default();
-    let b = Receiver::bind(&TcpBackend::default(), loopback(), ReceiverConfig::default(), rec_b.handler())
-        .await
-        .expect("bind b");
+    let b = recording_receiver(&rec_b).await;
     peers.set(vec![b.local_addr()]);
     drop(a);
     wait_until("a fresh resolution after the failure", || peers.invalidations() >= 1 && peers.resolutions() >= 2).await;

@@ -4,8 +4,8 @@ mod support;
 
 use std::time::Duration;
 
-use support::{Recorder, fast_config, guard, loopback, msg, wait_until};
-use weft_transport::{PullError, PullReceiver, Receiver, ReceiverConfig, Sender, Sent, StaticPeers, TcpBackend};
+use support::{Recorder, fast_config, guard, loopback, msg, recording_receiver, wait_until};
+use weft_transport::{PullError, PullReceiver, ReceiverConfig, Sender, Sent, StaticPeers, TcpBackend};
 
 async fn pull(config: ReceiverConfig) -> PullReceiver {
     PullReceiver::bind(&TcpBackend::default(), loopback(), config).await.expect("bind")
@@ -104,9 +104,7 @@ async fn a_message_held_past_the_ack_wait_is_delivered_again_and_a_late_ack_says
 async fn closing_gives_back_what_was_not_acked_and_nothing_runs_twice() {
     let reader = pull(ReceiverConfig { concurrency: 16, ..ReceiverConfig::default() }).await;
     let rec = Recorder::default();
-    let other = Receiver::bind(&TcpBackend::default(), loopback(), ReceiverConfig::default(), rec.handler())
-        .await
-        .expect("bind");
+    let other = recording_receiver(&rec).await;
     let sender = Sender::new(
         TcpBackend::default(),
         StaticPeers::new([reader.receiver().local_addr(), other.local_addr()]),

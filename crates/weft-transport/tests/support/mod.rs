@@ -7,8 +7,9 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::sync::{Semaphore, watch};
 use weft_transport::resolve::ResolveError;
-use weft_transport::{Backoff, Message, PeerSet, PeerSource, SenderConfig};
+use weft_transport::{Backoff, Message, PeerSet, PeerSource, Receiver, ReceiverConfig, SenderConfig, TcpBackend};
 
 /// The hang guard for every wait: far longer than any of these tests needs.
 pub const DEADLINE: Duration = Duration::from_secs(60);
@@ -152,4 +153,58 @@ pub fn msg(id: impl Into<String>, len: usize) -> Message {
 
 pub fn loopback() -> SocketAddr {
     "127.0.0.1:0".parse().expect("addr")
+}
+
+/// A receiver on loopback whose handler records every message and succeeds.
+pub async fn recording_receiver(rec: &Recorder) -> Receiver {
+    Receiver::bind(&TcpBackend::default(), loopback(), ReceiverConfig::default(), rec.handler()).await.expect("bind")
+}
+
+/// A gate handlers wait at until the test opens it (all at once).
+#[derive(Clone)]
+pub struct Gate(watch::Sender<bool>);
+
+impl Gate {
+    pub fn closed() -> Self {
+        Self(watch::channel(false).0)
+    }
+    pub fn open(&self) {
+        self.0.send_replace(true);
+    }
+    pub async fn pass(&self) {
+        let mut rx = self.0.subscribe();
+        let _ = rx.wait_for(|open| *open).await;
+    }
+}
+
+/// A receiver on loopback with `config` whose handler records each message, then waits at
+/// `gate`.
+pub async fn gated_receiver(rec: &Recorder, gate: &Gate, config: ReceiverConfig) -> Receiver {
+    let (rec, gate) = (rec.clone(), gate.clone());
+    Receiver::bind(&TcpBackend::default(), loopback(), config, move |m: Message| {
+        let (rec, gate) = (rec.clone(), gate.clone());
+        async move {
+            rec.record(m);
+            gate.pass().await;
+            Ok::<(), String>(())
+        }
+    })
+    .await
+    .expect("bind")
+}
+
+/// A receiver on loopback whose handler records each message, then takes a permit from
+/// `permits`: each permit the test adds lets one handler finish.
+pub async fn permit_gated_receiver(rec: &Recorder, permits: &Arc<Semaphore>) -> Receiver {
+    let (rec, permits) = (rec.clone(), permits.clone());
+    Receiver::bind(&TcpBackend::default(), loopback(), ReceiverConfig::default(), move |m: Message| {
+        let (rec, permits) = (rec.clone(), permits.clone());
+        async move {
+            rec.record(m);
+            permits.acquire().await.map_err(|e| e.to_string())?.forget();
+            Ok::<(), String>(())
+        }
+    })
+    .await
+    .expect("bind")
 }
