@@ -32,7 +32,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::backend::Backend;
 use crate::protocol::Message;
-use crate::recv::{Receiver, ReceiverConfig};
+use crate::recv::{Receiver, ReceiverConfig, lock};
 
 /// A message taken by [`PullReceiver::fetch`], to be acked or nacked by its offset.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -192,7 +192,6 @@ impl PullReceiver {
     }
 
     fn lock_fetched(&self) -> MutexGuard<'_, HashMap<u64, oneshot::Sender<Verdict>>> {
-        // Plain data: keep going with it after a panic elsewhere.
-        self.fetched.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.fetched)
     }
 }

@@ -163,9 +163,16 @@ struct Shared {
     links_open: AtomicU64,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+/// Locks `m`, going on with the data after a panic elsewhere (the receiver and the pull reader).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock leaves plain data behind; keep going with it.
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Resolves once [`Receiver::close`] was called. (The watch's `Ref` is dropped inside, so the
+/// future holds no lock guard and stays `Send`.)
+async fn closed(closing: &mut watch::Receiver<bool>) {
+    let _ = closing.wait_for(|c| *c).await;
 }
 
 enum Reply {
@@ -316,7 +323,7 @@ async fn accept_loop<L: FrameListener, H: Handler>(
     let mut closing = shared.closing.subscribe();
     loop {
         tokio::select! {
-            _ = async { let _ = closing.wait_for(|c| *c).await; } => {
+            () = closed(&mut closing) => {
                 // Stop accepting; let the links drain.
                 drop(listener);
                 while links.join_next().await.is_some() {}
@@ -550,7 +557,7 @@ async fn read_loop<R: FrameReader, H: Handler>(
     loop {
         let frame = tokio::select! {
             frame = reader.read_frame() => frame?,
-            _ = async { let _ = closing.wait_for(|c| *c).await; } => return Ok(ReadEnd::Closing),
+            () = closed(&mut closing) => return Ok(ReadEnd::Closing),
         };
         let Some(frame) = frame else {
             return Ok(ReadEnd::Closed);
@@ -585,7 +592,7 @@ async fn read_loop<R: FrameReader, H: Handler>(
                             permit = shared.semaphore.clone().acquire_owned() => permit,
                             // Never handed to a handler: the guard forgets the id, and the
                             // sender sends the message again when the link closes.
-                            _ = async { let _ = closing.wait_for(|c| *c).await; } => return Ok(ReadEnd::Closing),
+                            () = closed(&mut closing) => return Ok(ReadEnd::Closing),
                         };
                         let Ok(permit) = permit else {
                             return Ok(ReadEnd::Closed);
