@@ -146,7 +146,8 @@ pub enum Seen {
 /// counted: they are bounded by the handlers running and waiting.
 ///
 /// The ids come from peers, so the map's hasher is keyed (foldhash's per-process random seed),
-/// and fast: every message costs a lookup when it arrives and one when its handler finishes.
+/// and fast: every message costs one map operation when it arrives, two when its handler
+/// finishes, and one when its id expires.
 #[derive(Debug)]
 pub struct DedupWindow {
     capacity: usize,
