@@ -196,22 +196,9 @@ async fn device_small_ring_wraps_many_times_under_credits() {
     let backend =
         RdmaBackend::new(RdmaConfig { ring_size: 64 * 1024, max_records: 8, max_header: 4096, ..Default::default() })
             .expect("backend");
-    let (mut cw, _cr, _sw, mut sr, _l) = link(&backend, ip).await;
+    let (cw, _cr, _sw, mut sr, _l) = link(&backend, ip).await;
     let sizes = [0usize, 1, 63, 64, 65, 4000, 20_000, 31_000, 777];
-    let n = 5000;
-    let writer = tokio::spawn(async move {
-        for i in 0..n {
-            let p = payload(i, sizes[i % sizes.len()]);
-            cw.write_frame(format!("f{i}").as_bytes(), &p).await?;
-        }
-        Ok::<_, std::io::Error>(cw)
-    });
-    for i in 0..n {
-        let f = guard("read", sr.read_frame()).await.expect("read").expect("frame");
-        assert_eq!(f.header, Bytes::from(format!("f{i}")), "frame {i} header");
-        assert!(f.payload == payload(i, sizes[i % sizes.len()]), "frame {i} payload");
-    }
-    guard("writer", writer).await.expect("join").expect("writes");
+    conformance::many_frames_in_order(cw, &mut sr, &sizes, 5000).await.expect("laps of the ring");
 }
 
 /// A payload kept while later frames pass through the ring is not overwritten (the sender
@@ -223,28 +210,8 @@ async fn device_held_payload_is_never_overwritten() {
     };
     let backend =
         RdmaBackend::new(RdmaConfig { ring_size: 64 * 1024, max_header: 4096, ..Default::default() }).expect("backend");
-    let (mut cw, _cr, _sw, mut sr, _l) = link(&backend, ip).await;
-    cw.write_frame(b"held", &payload(1000, 8000)).await.expect("write");
-    let held = guard("read", sr.read_frame()).await.expect("read").expect("frame").payload;
-    // Five more frames fit beside the held one; read and drop each.
-    for i in 0..5 {
-        cw.write_frame(b"x", &payload(i, 8000)).await.expect("write");
-        let f = guard("read", sr.read_frame()).await.expect("read").expect("frame");
-        assert!(f.payload == payload(i, 8000));
-    }
-    assert!(held == payload(1000, 8000), "the held payload changed");
-    drop(held);
-    let writer = tokio::spawn(async move {
-        for i in 0..200 {
-            cw.write_frame(b"y", &payload(i, 8000)).await?;
-        }
-        Ok::<_, std::io::Error>(cw)
-    });
-    for i in 0..200 {
-        let f = guard("read", sr.read_frame()).await.expect("read").expect("frame");
-        assert!(f.payload == payload(i, 8000), "frame {i} after the release");
-    }
-    guard("writer", writer).await.expect("join").expect("writes");
+    let (cw, _cr, _sw, mut sr, _l) = link(&backend, ip).await;
+    conformance::held_payload_then_released(cw, &mut sr, 8000).await.expect("held payload");
 }
 
 /// A peer process that dies mid-stream (abort, no clean close): the frames it sent arrive,

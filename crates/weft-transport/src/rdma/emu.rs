@@ -561,48 +561,17 @@ mod tests {
             ..Default::default()
         })
         .expect("backend");
-        let (mut cw, _cr, _sw, mut sr) = link(&backend).await;
+        let (cw, _cr, _sw, mut sr) = link(&backend).await;
         let sizes = [0usize, 1, 63, 64, 65, 4000, 20_000, 31_000, 777];
-        let n = 3000;
-        let writer = tokio::spawn(async move {
-            for i in 0..n {
-                cw.write_frame(format!("f{i}").as_bytes(), &payload(i, sizes[i % sizes.len()])).await?;
-            }
-            Ok::<_, std::io::Error>(cw)
-        });
-        for i in 0..n {
-            let f = sr.read_frame().await.expect("read").expect("frame");
-            assert_eq!(f.header, Bytes::from(format!("f{i}")));
-            assert!(f.payload == payload(i, sizes[i % sizes.len()]), "frame {i}");
-        }
-        writer.await.expect("join").expect("writes");
+        conformance::many_frames_in_order(cw, &mut sr, &sizes, 3000).await.expect("laps of the ring");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn emulated_held_payload_is_never_overwritten() {
         let backend = RdmaBackend::new(RdmaConfig { ring_size: 64 * 1024, max_header: 4096, ..Default::default() })
             .expect("backend");
-        let (mut cw, _cr, _sw, mut sr) = link(&backend).await;
-        cw.write_frame(b"held", &payload(1000, 8000)).await.expect("write");
-        let held = sr.read_frame().await.expect("read").expect("frame").payload;
-        for i in 0..5 {
-            cw.write_frame(b"x", &payload(i, 8000)).await.expect("write");
-            let f = sr.read_frame().await.expect("read").expect("frame");
-            assert!(f.payload == payload(i, 8000));
-        }
-        assert!(held == payload(1000, 8000), "the held payload changed");
-        drop(held);
-        let writer = tokio::spawn(async move {
-            for i in 0..200 {
-                cw.write_frame(b"y", &payload(i, 8000)).await?;
-            }
-            Ok::<_, std::io::Error>(cw)
-        });
-        for i in 0..200 {
-            let f = sr.read_frame().await.expect("read").expect("frame");
-            assert!(f.payload == payload(i, 8000), "frame {i} after the release");
-        }
-        writer.await.expect("join").expect("writes");
+        let (cw, _cr, _sw, mut sr) = link(&backend).await;
+        conformance::held_payload_then_released(cw, &mut sr, 8000).await.expect("held payload");
     }
 
     /// A frame larger than the peer's ring is refused up front, naming both sizes.
