@@ -3,16 +3,19 @@
 #   1. hadolint over the Dockerfile; yamllint (config .yamllint.yaml, strict: warnings fail) over
 #      deploy/;
 #   2. render every supported combination with `kubectl kustomize` (base, the example overlay, and
-#      the opt-in components on top of each);
+#      the opt-in components on top of each), and the example overlay with the webhook enabled the
+#      way its comment tells users to (its commented component lines uncommented, in a copy), which
+#      must equal the render with those components on top;
 #   3. validate every rendered object against the Kubernetes ${K8S_VERSION} OpenAPI schemas bundled
 #      in kubernetes-validate, strictly (unknown fields fail). Custom resources without a bundled
 #      schema are skipped with a note, except those whose CRD is in deploy/ (checked against it) or
 #      in EXTERNAL_CRDS (Multus' NetworkAttachmentDefinition). The same for every object under
 #      deploy/examples, whose weft-cni network configurations are also read as weft-cni reads them
 #      and checked against the sriov component's physnets and the pods that attach them;
-#   4. weft's own rules: security defaults on every pod, probes on declared ports, one ClusterRole
-#      per component bound to its ServiceAccount, the agent's admission policy naming the agent's
-#      real service account, webhook and kube-scheduler configuration pointing at real Services;
+#   4. weft's own rules: security defaults on every pod, probes on declared ports, WEFT_WAIT_IMAGE
+#      equal to its container's image, one ClusterRole per component bound to its ServiceAccount,
+#      the agent's admission policy naming the agent's real service account, webhook and
+#      kube-scheduler configuration pointing at real Services;
 #   5. the Helm chart deploy/charts/weft: `helm lint --strict`, its metadata against the base, its
 #      CRD a copy of the base's, values.schema.json refusing unknown keys; rendered for the values
 #      that mirror each kustomize render (HELM_TARGETS), each render goes through 3. and 4. as one
@@ -166,6 +169,28 @@ done
 for d in deploy/base deploy/overlays/example; do
   kubectl kustomize "$d" >/dev/null 2>"$WORK/err" || { cat "$WORK/err" >&2; die "kubectl kustomize $d failed"; }
 done
+# The example overlay with the webhook enabled the way its own comment tells users to: the two
+# component lines uncommented in (a copy of) its kustomization.yaml. kustomize then builds the
+# components inside the overlay, before the overlay's `images:`, which a wrapper that adds them
+# on top (the target above) does not show. Checked like every render, and it must equal the
+# wrapper's render object for object.
+USER_TARGET="overlays/example (webhook lines uncommented)"
+USER_COPY="$WORK/user-copy"
+mkdir -p "$USER_COPY"
+cp -r deploy "$USER_COPY/deploy"
+USER_KUST="$USER_COPY/deploy/overlays/example/kustomization.yaml"
+sed -E -i 's@^( *)# (- \.\./\.\./components/webhook(-cert-manager)?)$@\1\2@' "$USER_KUST"
+[ "$(grep -cE '^ *- \.\./\.\./components/webhook(-cert-manager)?$' "$USER_KUST")" = 2 ] \
+  || die "deploy/overlays/example/kustomization.yaml: no longer has the two commented lines \
+'# - ../../components/webhook' and '# - ../../components/webhook-cert-manager' this lint uncomments"
+printf 'buildMetadata: [originAnnotations]\n' >>"$USER_KUST"
+log "kubectl kustomize: $USER_TARGET"
+if ! kubectl kustomize "$USER_COPY/deploy/overlays/example" >"$USER_COPY/rendered.yaml" 2>"$WORK/err"; then
+  cat "$WORK/err" >&2
+  die "kustomize could not render $USER_TARGET"
+fi
+# name=file=directory kustomize's origins are relative to (default: one level below $WORK).
+RENDERED+=("$USER_TARGET=$USER_COPY/rendered.yaml=$USER_COPY/deploy/overlays/example")
 
 # Helm: the chart deploy/charts/weft, rendered offline by the Helm SDK for the values that mirror
 # each kustomize target above. Each render is validated below exactly like the kustomize renders
@@ -392,9 +417,10 @@ while IFS= read -r r; do RENDERED+=("$r"); done <"$WORK/helm-rendered"
 
 log "validating rendered objects (Kubernetes $K8S_VERSION schemas, strict), weft's rules, the chart against kustomize"
 "$PY" - "$ROOT" "$WORK" "$K8S_VERSION" "${RENDERED[@]}" <<'PY'
-"""Validate rendered manifests. argv: ROOT WORK K8S_VERSION name=file...
+"""Validate rendered manifests. argv: ROOT WORK K8S_VERSION name=file[=origin-dir]...
 Targets named helm:... come from the chart; WORK/helm-targets.json says which kustomize target each
-must equal and in which namespace it was rendered."""
+must equal and in which namespace it was rendered. origin-dir: the directory kustomize's origin
+paths are relative to, where it is not one level below WORK (a render of a copy of deploy/)."""
 import ipaddress
 import json
 import os
@@ -408,7 +434,11 @@ import kubernetes_validate
 from kubernetes_validate.utils import SchemaNotFoundError, ValidationError
 
 ROOT, WORK, VERSION = sys.argv[1], sys.argv[2], sys.argv[3]
-TARGETS = [a.split("=", 1) for a in sys.argv[4:]]
+TARGETS = [(a.split("=", 2) + [None])[:3] for a in sys.argv[4:]]
+# The example overlay rendered the way its comment tells users to (a copy of deploy/ with the
+# webhook lines uncommented), and the wrapper render it must equal.
+USER_TARGET = "overlays/example (webhook lines uncommented)"
+USER_EQUALS = "overlays/example+webhook+webhook-cert-manager"
 HELM = {}
 if os.path.exists(os.path.join(WORK, "helm-targets.json")):
     with open(os.path.join(WORK, "helm-targets.json")) as fh:
@@ -448,8 +478,10 @@ CLUSTER_SCOPED = {
 WORKLOADS = {"Deployment", "DaemonSet", "StatefulSet", "Job"}
 
 
-def rel_origin(obj):
-    """The source file of a rendered object, relative to the repository, from kustomize's origin."""
+def rel_origin(obj, origin_dir=None):
+    """The source file of a rendered object, relative to the repository, from kustomize's origin.
+    origin_dir: where the origin paths start, in a copy of deploy/ at <copy>/deploy (default: the
+    throw-away kustomization one level below WORK)."""
     ann = (obj.get("metadata") or {}).get("annotations") or {}
     raw = ann.pop("config.kubernetes.io/origin", None)
     if not ann and "annotations" in obj.get("metadata", {}):
@@ -458,6 +490,10 @@ def rel_origin(obj):
         return "?"
     origin = yaml.safe_load(raw) or {}
     path = origin.get("path") or origin.get("configuredIn") or "?"
+    if origin_dir:
+        full = os.path.normpath(os.path.join(origin_dir, path))
+        copy = origin_dir[:origin_dir.rindex(f"{os.sep}deploy{os.sep}")]
+        return os.path.relpath(full, copy)
     # Paths are relative to the throw-away kustomization, one level below WORK.
     full = os.path.normpath(os.path.join(WORK, "x", path))
     return os.path.relpath(full, ROOT)
@@ -616,6 +652,11 @@ def check_workload(where, obj):
                 if k not in (res.get(part) or {}):
                     err(cw, f"resources.{part}.{k} is missing")
         image = c.get("image", "")
+        for e in c.get("env") or []:
+            # The image of the launch-order init containers the webhook adds: its own image, or pods
+            # of Volcano Jobs would wait on an image that the cluster's registry may not have.
+            if e.get("name") == "WEFT_WAIT_IMAGE" and e.get("value") != image:
+                err(cw, f"env WEFT_WAIT_IMAGE {e.get('value')!r} is not the container's image {image!r}")
         if not re.search(r"(:[\w.-]+|@sha256:[0-9a-f]{64})$", image.rsplit("/", 1)[-1]):
             err(cw, f"image {image!r} has no tag or digest (set it in the base's images:)")
         volumes = {v.get("name") for v in spec.get("volumes") or []}
@@ -1157,12 +1198,12 @@ def check_no_other_namespace(objs, namespace, default="weft-system"):
 
 rendered = {}
 base_services, base_deployments = {}, {}
-for target, path in TARGETS:
+for target, path, origin_dir in TARGETS:
     with open(path) as fh:
         docs = [d for d in yaml.safe_load_all(fh) if d]
     objs = []
     for obj in docs:
-        origin = rel_origin(obj)
+        origin = rel_origin(obj, origin_dir)
         where = ident(target, origin, obj)
         validate_object(where, obj)
         objs.append((where, obj))
@@ -1178,6 +1219,19 @@ for target, path in TARGETS:
         if any(o["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration") for _, o in objs):
             err(f"[{target}]", "the base must not include the webhook (it is an opt-in component)")
 check_scheduler_config(base_services, base_deployments)
+if USER_TARGET in rendered and USER_EQUALS in rendered:
+    mine = {key_of(o): (where, o) for where, o in rendered[USER_TARGET]}
+    theirs = {key_of(o): o for _, o in rendered[USER_EQUALS]}
+    for k in sorted(set(mine) ^ set(theirs), key=str):
+        err(f"[{USER_TARGET}] deploy/overlays/example", f"{k[0]} {'/'.join(filter(None, k[1:]))} is in only one of "
+                                                         f"this render and {USER_EQUALS}")
+    for k in sorted(set(mine) & set(theirs), key=str):
+        d = first_difference(mine[k][1], theirs[k])
+        if d:
+            err(mine[k][0], f"differs from {USER_EQUALS} (the components added by a wrapper) at {d[0]}: "
+                            f"{short(d[1])} here, {short(d[2])} there")
+elif USER_TARGET not in rendered:
+    err("[-] scripts/lint-deploy.sh", f"no render {USER_TARGET!r}")
 for target, info in HELM.items():
     if target not in rendered:
         continue
