@@ -854,6 +854,41 @@ def check_scheduler_config(services, deployments):
         own = re.search(r"--request-timeout-ms[= ](\d+)", args)
         if ms is None or ms <= int(own.group(1) if own else 3000):
             err(where, f"httpTimeout {e.get('httpTimeout')!r} must exceed the extender's request timeout")
+    check_scheduler_config_docs(cfg, e)
+
+
+def check_scheduler_config_docs(cfg, extender):
+    """Every KubeSchedulerConfiguration or `extenders:` stanza in the docs (a ```yaml block of
+    README.md or docs/*.md) is what the shipped file holds: users copy them, and a stanza without
+    bindVerb, say, silently leaves weft's bind off."""
+    files = ["README.md"] + sorted(os.path.join("docs", f) for f in os.listdir(os.path.join(ROOT, "docs"))
+                                   if f.endswith(".md"))
+    for f in files:
+        with open(os.path.join(ROOT, f)) as fh:
+            text = fh.read()
+        for m in re.finditer(r"^```ya?ml\n(.*?)^```", text, re.S | re.M):
+            line = text.count("\n", 0, m.start()) + 1
+            try:
+                doc = yaml.safe_load(m.group(1))
+            except yaml.YAMLError:
+                continue
+            if not isinstance(doc, dict) or "extenders" not in doc:
+                continue
+            where = f"[docs] {f}:{line}"
+            if doc.get("kind") == "KubeSchedulerConfiguration":
+                d = first_difference(doc, cfg)
+                if d:
+                    err(where, f"differs from deploy/base/scheduler-extender/kube-scheduler-config.yaml at {d[0]}: "
+                               f"docs {short(d[1])}, file {short(d[2])}")
+                continue
+            weft = [x for x in doc.get("extenders") or [] if "weft" in str(x.get("urlPrefix", ""))]
+            if len(weft) != 1:
+                err(where, "an extenders stanza without exactly one weft extender")
+                continue
+            d = first_difference(weft[0], extender)
+            if d:
+                err(where, f"extenders stanza differs from deploy/base/scheduler-extender/kube-scheduler-config.yaml "
+                           f"at {d[0]}: docs {short(d[1])}, file {short(d[2])}")
 
 
 def check_examples(renders):
@@ -1219,6 +1254,17 @@ for target, path, origin_dir in TARGETS:
         if any(o["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration") for _, o in objs):
             err(f"[{target}]", "the base must not include the webhook (it is an opt-in component)")
 check_scheduler_config(base_services, base_deployments)
+if "base+webhook" in rendered:
+    # docs/deploy.md's table of the webhooks (section "Admission webhook") names every one shipped.
+    shipped = sorted(w.get("name") for _, o in rendered["base+webhook"]
+                     if o["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+                     for w in o.get("webhooks") or [])
+    with open(os.path.join(ROOT, "docs", "deploy.md")) as fh:
+        section = fh.read().partition("\n## Admission webhook\n")[2].partition("\n## ")[0]
+    documented = sorted(re.findall(r"^\| `([a-z0-9.-]+\.weft\.io)` \|", section, re.M))
+    if documented != shipped:
+        err("[docs] docs/deploy.md", f"section Admission webhook lists the webhooks {documented}; "
+                                     f"components/webhook ships {shipped}")
 if USER_TARGET in rendered and USER_EQUALS in rendered:
     mine = {key_of(o): (where, o) for where, o in rendered[USER_TARGET]}
     theirs = {key_of(o): o for _, o in rendered[USER_EQUALS]}
