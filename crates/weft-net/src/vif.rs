@@ -49,8 +49,9 @@ pub struct Vif {
     /// The VF's RDMA device, when it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rdma_device: Option<String>,
-    /// The network the attachment is named after in network-status (`namespace/name` of a
-    /// NetworkAttachmentDefinition with Multus, else the CNI network name).
+    /// The CNI network's name (weft-cni's configuration `name`): the name of weft's own
+    /// network-status entry. An entry Multus wrote for the interface keeps Multus' name
+    /// (`<namespace>/<name>` of the NetworkAttachmentDefinition).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<String>,
 }
@@ -63,10 +64,15 @@ pub struct VifRecord {
     pub vifs: BTreeMap<String, Vif>,
 }
 
-/// One entry of Multus' network-status list (the fields weft writes).
+/// One entry of Multus' network-status list: network-attachment-definition-client's Go
+/// `NetworkStatus`, fields in its declaration order (Go's `encoding/json` writes them in that
+/// order) with its omissions: `omitempty` leaves out an empty string or list, an `mtu` of 0 and a
+/// `default` of false, but never the `dns` struct, which Go writes as `{}` when empty. So Multus'
+/// decoder reads weft's entry and writes it back unchanged.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NetworkStatus {
-    /// The network's name.
+    /// The network's name: `<namespace>/<name>` of the NetworkAttachmentDefinition when Multus
+    /// made the attachment, else the CNI network's name.
     pub name: String,
     /// Interface name in the pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -77,19 +83,43 @@ pub struct NetworkStatus {
     /// MAC.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mac: Option<String>,
-    /// MTU.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mtu: Option<u32>,
+    /// MTU; 0 (unknown) is left out.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub mtu: u32,
     /// Whether this is the cluster's default network (never for a VF). Left out when false, as
     /// the upstream Go type's `omitempty` does.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub default: bool,
-    /// Gateways.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub gateway: Vec<String>,
+    /// DNS settings of the attachment (always written, as Go writes a struct value).
+    #[serde(default)]
+    pub dns: Dns,
     /// The device behind the interface.
     #[serde(rename = "device-info", default, skip_serializing_if = "Option::is_none")]
     pub device_info: Option<DeviceInfo>,
+    /// Gateways.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gateway: Vec<String>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// network-status `dns` (the Go `DNS` type, every field `omitempty`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dns {
+    /// Name servers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nameservers: Vec<String>,
+    /// Local domain.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub domain: String,
+    /// Search domains.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub search: Vec<String>,
+    /// Resolver options.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub options: Vec<String>,
 }
 
 /// network-status `device-info` (the device-info spec).
@@ -108,8 +138,8 @@ pub struct DeviceInfo {
 /// device-info `pci`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PciDeviceInfo {
-    /// The VF's PCI address.
-    #[serde(rename = "pci-address")]
+    /// The VF's PCI address (left out when empty, as Go's `omitempty` does).
+    #[serde(rename = "pci-address", default, skip_serializing_if = "String::is_empty")]
     pub pci_address: String,
     /// Its RDMA device.
     #[serde(rename = "rdma-device", default, skip_serializing_if = "Option::is_none")]
@@ -153,33 +183,57 @@ impl VifRecord {
                 interface: Some(ifname.clone()),
                 ips: v.ips.iter().map(|ip| ip.split('/').next().unwrap_or(ip).to_string()).collect(),
                 mac: v.mac.clone(),
-                mtu: v.mtu,
+                mtu: v.mtu.unwrap_or(0),
                 default: false,
+                dns: Dns::default(),
+                device_info: Some(v.device_info()),
                 gateway: v.gateways.clone(),
-                device_info: Some(DeviceInfo {
-                    kind: "pci".to_string(),
-                    version: DEVICE_INFO_VERSION.to_string(),
-                    pci: Some(PciDeviceInfo {
-                        pci_address: v.pci_address.clone(),
-                        rdma_device: v.rdma_device.clone(),
-                        pf_pci_address: v.pf_pci_address.clone(),
-                    }),
-                }),
             })
             .collect()
     }
 
-    /// `network_status` merged into an existing network-status value: entries for interfaces this
-    /// record names are replaced, every other entry (the cluster network, other plugins') is kept
-    /// in its place. An unreadable existing value is replaced.
+    /// `network_status` merged into an existing network-status value. An entry already there for
+    /// one of this record's interfaces is kept where it is, with its name, and gets the VIF's
+    /// `device-info`: Multus writes the entry of each attachment it made, named after the
+    /// NetworkAttachmentDefinition (`<namespace>/<name>`, not the CNI network's name), and its
+    /// decoder and other tools find the attachment by that name. Only an entry weft wrote itself
+    /// (named after the VIF's network) is replaced whole. Interfaces without an entry get weft's,
+    /// after the others; every other entry (the cluster network, other plugins') is kept. An
+    /// unreadable existing value is replaced.
     pub fn merge_network_status(&self, existing: Option<&str>) -> String {
         let mut entries: Vec<serde_json::Value> =
             existing.and_then(|t| serde_json::from_str(t).ok()).unwrap_or_default();
-        entries.retain(|e| {
-            e.get("interface").and_then(serde_json::Value::as_str).is_none_or(|i| !self.vifs.contains_key(i))
-        });
-        entries.extend(self.network_status().into_iter().filter_map(|s| serde_json::to_value(s).ok()));
+        let mut own: BTreeMap<String, NetworkStatus> =
+            self.network_status().into_iter().filter_map(|s| Some((s.interface.clone()?, s))).collect();
+        for entry in &mut entries {
+            let Some(ifname) = entry.get("interface").and_then(serde_json::Value::as_str) else { continue };
+            let Some(mine) = own.remove(ifname) else { continue };
+            let same_name = entry.get("name").and_then(serde_json::Value::as_str) == Some(mine.name.as_str());
+            match (same_name, entry.as_object_mut()) {
+                (false, Some(fields)) => {
+                    let info = serde_json::to_value(&mine.device_info).unwrap_or_default();
+                    fields.insert("device-info".to_string(), info);
+                }
+                _ => *entry = serde_json::to_value(mine).unwrap_or_default(),
+            }
+        }
+        entries.extend(own.into_values().filter_map(|s| serde_json::to_value(s).ok()));
         serde_json::to_string(&entries).unwrap_or_else(|_| "[]".to_string())
+    }
+}
+
+impl Vif {
+    /// The VIF as network-status `device-info` (type `pci`, version [`DEVICE_INFO_VERSION`]).
+    pub fn device_info(&self) -> DeviceInfo {
+        DeviceInfo {
+            kind: "pci".to_string(),
+            version: DEVICE_INFO_VERSION.to_string(),
+            pci: Some(PciDeviceInfo {
+                pci_address: self.pci_address.clone(),
+                rdma_device: self.rdma_device.clone(),
+                pf_pci_address: self.pf_pci_address.clone(),
+            }),
+        }
     }
 }
 
@@ -253,14 +307,17 @@ mod tests {
     }
 
     #[test]
-    fn merge_keeps_other_entries_and_replaces_own_interfaces() {
+    fn merge_keeps_other_entries_and_replaces_the_entries_weft_wrote() {
         let mut r = VifRecord::default();
         r.vifs.insert("net1".into(), vif());
+        // weft's own entry of an earlier pass (same network name), now stale.
         let existing = r#"[{"name":"cbr0","interface":"eth0","ips":["10.244.1.5"],"default":true},
-                           {"name":"old","interface":"net1","ips":["192.0.2.1"]}]"#;
+                           {"name":"default/physnet2","interface":"net1","ips":["192.0.2.1"]}]"#;
         let merged: serde_json::Value = serde_json::from_str(&r.merge_network_status(Some(existing))).unwrap();
         let names: Vec<&str> = merged.as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
         assert_eq!(names, ["cbr0", "default/physnet2"]);
+        assert_eq!(merged[1]["ips"], serde_json::json!(["10.56.0.7"]));
+        assert_eq!(merged[1]["mtu"], 9000);
         let fresh: serde_json::Value = serde_json::from_str(&r.merge_network_status(Some("not json"))).unwrap();
         assert_eq!(fresh.as_array().unwrap().len(), 1);
     }

@@ -41,7 +41,8 @@ fn attachment(uid: &str, ifname: &str, physnet: &str, pci: &str, ip: &str) -> At
                 vlan: Some(100),
                 mtu: Some(9000),
                 rdma_device: None,
-                network: Some(format!("ml/{physnet}")),
+                // weft-cni names the network after its CNI configuration's `name`.
+                network: Some(physnet.into()),
             },
         }],
     }
@@ -127,4 +128,34 @@ async fn a_record_computed_from_a_stale_copy_is_refused_and_the_other_writers_ch
         serde_json::from_str(&annotation(&pods.get("trainer").await.unwrap(), NETWORK_STATUS_ANNOTATION)).unwrap();
     let interfaces: Vec<&str> = status.iter().map(|s| s["interface"].as_str().unwrap()).collect();
     assert_eq!(interfaces, ["eth0", "net9", "net1"]);
+}
+
+#[tokio::test]
+async fn the_entry_multus_wrote_keeps_its_attachment_name_and_gets_weft_device_info() {
+    let (api, pods, uid) = cluster().await;
+    // Multus made net1 for `k8s.v1.cni.cncf.io/networks: physnet2` in namespace ml, naming it after
+    // the NetworkAttachmentDefinition (its pkg/types/conf.go), not after weft-cni's conf name.
+    let multus = r#"[{"name":"cbr0","interface":"eth0","ips":["10.244.1.5"],"default":true,"dns":{}},
+                     {"name":"ml/physnet2","interface":"net1","ips":["10.56.0.7"],"mac":"02:00:00:aa:bb:cc","mtu":9000,"dns":{}}]"#;
+    let patch = json!({"metadata": {"annotations": {NETWORK_STATUS_ANNOTATION: multus}}});
+    pods.patch("trainer", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let state = StateDir::new(dir.path());
+    state.save(&attachment(&uid, "net1", "physnet2", "0000:3b:02.0", "10.56.0.7/24")).unwrap();
+    let writer = KubeVifWriter::new(api.client(), "weft-agent");
+    let copy = Arc::new(Mutex::new(vec![pods.get("trainer").await.unwrap()]));
+
+    let done = publish_once(&state, &kubelet_copy(copy.clone()), &writer).await.unwrap();
+    assert_eq!(done.written, ["ml/trainer"], "{done:?}");
+    let pod = pods.get("trainer").await.unwrap();
+    let status: Vec<Value> = serde_json::from_str(&annotation(&pod, NETWORK_STATUS_ANNOTATION)).unwrap();
+    let names: Vec<&str> = status.iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["cbr0", "ml/physnet2"], "one entry per interface, Multus' name kept");
+    assert_eq!(status[1]["device-info"]["pci"]["pci-address"], "0000:3b:02.0");
+    assert_eq!(status[1]["device-info"]["pci"]["pf-pci-address"], "0000:3b:00.0");
+
+    // The next pass finds it said and writes nothing.
+    *copy.lock().unwrap() = vec![pod];
+    let again = publish_once(&state, &kubelet_copy(copy), &writer).await.unwrap();
+    assert!(again.written.is_empty() && again.failed.is_empty(), "{again:?}");
 }
