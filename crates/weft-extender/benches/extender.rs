@@ -182,7 +182,14 @@ impl PodBinder for MemoryApi {
         Ok(())
     }
 
-    async fn annotate(&self, _: &str, _: &str, _: &str, a: BTreeMap<String, Option<String>>) -> Result<(), String> {
+    async fn annotate(
+        &self,
+        _: &str,
+        _: &str,
+        _: &str,
+        _: Option<&str>,
+        a: BTreeMap<String, Option<String>>,
+    ) -> Result<(), String> {
         black_box(a);
         Ok(())
     }

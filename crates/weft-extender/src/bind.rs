@@ -7,7 +7,7 @@
 //! Between the write and the moment the watch shows the pod on its node, the decision is held in
 //! [`crate::reservations`], which filter, prioritize and the next bind count as used.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use async_trait::async_trait;
@@ -25,7 +25,7 @@ use crate::claims::{allocated_vfs, claim_names};
 use crate::decision::PodAsk;
 use crate::reservations::{Reserved, shown_in};
 use crate::server::{ExtenderState, devices_in_use};
-use crate::volcano::{EventHandlerRequest, EventHandlerResponse, task_pod};
+use crate::volcano::{EventHandlerRequest, EventHandlerResponse, PIPELINED, event_pod};
 use crate::wire::{ExtenderBindingArgs, ExtenderBindingResult};
 
 /// What bind decided for a pod on a node.
@@ -63,6 +63,48 @@ fn decision_annotations(node: &str, decided: &Decided) -> BTreeMap<String, Strin
 /// Who the decision says made it.
 pub const DECIDED_BY: &str = "weft-scheduler-extender";
 
+/// Checks a pod's namespace and name, and the node's name, as the API server validates them
+/// (a namespace is a DNS-1123 label; pod and node names are DNS-1123 subdomains), before any of
+/// them goes into a request. kube-rs puts names into URL paths as they are, so a name from a
+/// request body such as `gp3?dryRun=All&x=` or `../../nodes/n1` would otherwise change which
+/// object, or which operation, the request addresses. The error names the field and the value.
+pub fn check_names(namespace: &str, name: &str, node: Option<&str>) -> Result<(), String> {
+    if !is_dns_label(namespace) {
+        return Err(format!("namespace {namespace:?} is not a valid Kubernetes name (a DNS-1123 label)"));
+    }
+    check_subdomain("pod name", name)?;
+    node.map_or(Ok(()), |node| check_subdomain("node name", node))
+}
+
+/// Checks that `value` (the `what` of an object) is a DNS-1123 subdomain, as the API server
+/// validates the names of pods, nodes and ResourceClaims.
+pub fn check_subdomain(what: &str, value: &str) -> Result<(), String> {
+    if is_dns_subdomain(value) {
+        Ok(())
+    } else {
+        Err(format!("{what} {value:?} is not a valid Kubernetes name (a DNS-1123 subdomain)"))
+    }
+}
+
+/// A DNS-1123 label: 1–63 lowercase letters, digits and `-`, starting and ending with a letter or
+/// digit (apimachinery `IsDNS1123Label`).
+fn is_dns_label(s: &str) -> bool {
+    s.len() <= 63 && is_label_shape(s)
+}
+
+/// A DNS-1123 subdomain: at most 253 characters, parts of the shape of a label (any length) joined
+/// by `.` (apimachinery `IsDNS1123Subdomain`).
+fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_label_shape)
+}
+
+/// Lowercase letters, digits and `-`, at least one, starting and ending with a letter or digit.
+fn is_label_shape(s: &str) -> bool {
+    let b = s.as_bytes();
+    let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    b.first().is_some_and(alnum) && b.last().is_some_and(alnum) && b.iter().all(|c| alnum(c) || *c == b'-')
+}
+
 /// The API writes a bind needs (a seam for tests and for serving without a cluster).
 #[async_trait]
 pub trait PodBinder: Send + Sync {
@@ -84,12 +126,14 @@ pub trait PodBinder: Send + Sync {
     ) -> Result<(), String>;
 
     /// Sets (`Some`) or removes (`None`) annotations of the pod in one write that fails unless the
-    /// pod still has `uid` (vc-scheduler binds the pod itself; weft records its decision first).
+    /// pod still has `uid` and, when given, is still at `resource_version` (vc-scheduler binds the
+    /// pod itself; weft records its decision first, onto the unbound pod it read).
     async fn annotate(
         &self,
         namespace: &str,
         name: &str,
         uid: &str,
+        resource_version: Option<&str>,
         annotations: BTreeMap<String, Option<String>>,
     ) -> Result<(), String>;
 }
@@ -153,10 +197,11 @@ impl PodBinder for KubePodBinder {
         namespace: &str,
         name: &str,
         uid: &str,
+        resource_version: Option<&str>,
         annotations: BTreeMap<String, Option<String>>,
     ) -> Result<(), String> {
         let api = Api::<Pod>::namespaced(self.client.clone(), namespace);
-        weft_kube::write::patch_annotations(&api, name, uid, &annotations, DECIDED_BY)
+        weft_kube::write::patch_annotations_at(&api, name, uid, resource_version, &annotations, DECIDED_BY)
             .await
             .map(|_| ())
             .map_err(|e| format!("recording the GPU decision on pod {namespace}/{name}: {e}"))
@@ -179,9 +224,7 @@ impl ExtenderState {
     async fn bind_pod(&self, args: &ExtenderBindingArgs) -> Result<(), String> {
         let binder = self.binder().ok_or("this extender cannot bind: it has no API access (--cluster-file mode)")?;
         let (namespace, name, node) = (args.pod_namespace.as_str(), args.pod_name.as_str(), args.node.as_str());
-        if name.is_empty() || node.is_empty() {
-            return Err("bind request names no pod or no node".into());
-        }
+        check_names(namespace, name, Some(node)).map_err(|e| format!("bind request: {e}"))?;
         let pod = binder.pod(namespace, name).await?.ok_or_else(|| format!("pod {namespace}/{name} does not exist"))?;
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         if !args.pod_uid.is_empty() && uid != args.pod_uid {
@@ -200,9 +243,10 @@ impl ExtenderState {
             // The pod's claims as the scheduler allocated them in PreBind (crate::claims).
             let mut claims = Vec::new();
             for claim in claim_names(&pod) {
+                check_subdomain("ResourceClaim name", &claim).map_err(|e| format!("pod {namespace}/{name}: {e}"))?;
                 claims.extend(binder.resource_claim(namespace, &claim).await?);
             }
-            self.decide_devices(node, &uid, &ask, &claims)?
+            self.decide_devices(node, &uid, &ask, &claims, &BTreeSet::new())?
         };
         let annotations = decided.as_ref().map(|d| decision_annotations(node, d)).unwrap_or_default();
         if let Err(e) = binder.bind(namespace, name, &uid, node, annotations).await {
@@ -217,26 +261,56 @@ impl ExtenderState {
     /// reserves the pod's GPUs there and records the decision on the pod before answering (see
     /// [`crate::volcano`]). A non-empty message fails the allocation; nothing is then left
     /// reserved or recorded.
+    ///
+    /// A pod already bound is never decided again nor written: `Statement.unevict` (a preemption or
+    /// reclaim the session discards, or an eviction that failed) calls AllocateFunc for the running
+    /// victim, which keeps the GPUs it holds; its eviction mark ends. A task the session
+    /// *pipelined* (it waits for victims to go; `api.Pipelined`) may be given the devices of the
+    /// pods the session evicted on that node ([`Reservations::evict`](crate::reservations::Reservations::evict)).
     pub async fn volcano_allocate(&self, request: EventHandlerRequest) -> EventHandlerResponse {
         let outcome = async {
             let binder = self.binder().ok_or("this extender cannot record decisions: it has no API access")?;
-            let (task, pod) = task_pod(request.task)?;
+            let (task, pod) = event_pod(request.task)?;
             let PodRef { namespace, name } = PodRef::of(&pod);
             let node = task.node_name.as_str();
             if node.is_empty() {
                 return Err(format!("task {namespace}/{name} has no NodeName"));
             }
             let uid = pod.metadata.uid.clone().unwrap_or_default();
+            // The pod as it is now: the task's copy carries the session's NodeName, not the API's.
+            let current =
+                binder.pod(&namespace, &name).await?.ok_or_else(|| format!("pod {namespace}/{name} does not exist"))?;
+            let current_uid = current.metadata.uid.as_deref().unwrap_or_default();
+            if current_uid != uid {
+                return Err(format!("pod {namespace}/{name} was replaced (uid {current_uid}, the task has {uid})"));
+            }
+            match current.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+                Some(bound) if bound == node => {
+                    self.reservations().unevict(node, &uid);
+                    tracing::debug!(pod = %format!("{namespace}/{name}"), %node, "allocate for a bound pod: it keeps its GPUs");
+                    return Ok(());
+                }
+                Some(bound) => return Err(format!("pod {namespace}/{name} is bound to {bound}, not {node}")),
+                None => {}
+            }
             let ask =
                 PodAsk::of(&pod, &self.config().resource_name).map_err(|e| format!("pod {namespace}/{name}: {e}"))?;
+            let releasing = if task.status == PIPELINED {
+                self.reservations().evicted(node, Instant::now())
+            } else {
+                BTreeSet::new()
+            };
             // vc-scheduler allocates before DRA's PreBind: no claim has its devices yet.
-            let Some(decided) = (if ask.is_empty() { None } else { self.decide_devices(node, &uid, &ask, &[])? })
+            let Some(decided) =
+                (if ask.is_empty() { None } else { self.decide_devices(node, &uid, &ask, &[], &releasing)? })
             else {
                 return Ok(());
             };
             let gpus = &decided.gpus;
             let annotations = decision_annotations(node, &decided).into_iter().map(|(k, v)| (k, Some(v))).collect();
-            if let Err(e) = binder.annotate(&namespace, &name, &uid, annotations).await {
+            // Written only onto the pod as read: a pod bound (or changed) since fails with 409.
+            let version = current.metadata.resource_version.as_deref();
+            if let Err(e) = binder.annotate(&namespace, &name, &uid, version, annotations).await {
                 self.reservations().release(node, &uid);
                 return Err(e);
             }
@@ -248,28 +322,41 @@ impl ExtenderState {
     }
 
     /// vc-scheduler's DeallocateFunc: the session took back an allocation. The reservation is
-    /// released and the recorded decision removed, if it is still the one for that node.
+    /// released and the recorded decision removed, if it is still the one for that node. For a pod
+    /// bound to the node (a running victim: `Statement.Evict` calls DeallocateFunc) nothing is
+    /// written; the pod is marked evicted, so the task the session pipelines onto the node in its
+    /// place may be given its devices.
     pub async fn volcano_deallocate(&self, request: EventHandlerRequest) -> EventHandlerResponse {
         let outcome = async {
             let binder = self.binder().ok_or("this extender cannot record decisions: it has no API access")?;
-            let (task, pod) = task_pod(request.task)?;
+            let (task, pod) = event_pod(request.task)?;
             let PodRef { namespace, name } = PodRef::of(&pod);
             let uid = pod.metadata.uid.clone().unwrap_or_default();
             let node = task.node_name.as_str();
             self.reservations().release(node, &uid);
             // The pod as it is now: the task's copy predates the allocation's record.
             let Some(current) = binder.pod(&namespace, &name).await? else { return Ok(()) };
+            if current.metadata.uid.as_deref() != Some(uid.as_str()) {
+                return Ok(());
+            }
+            let bound = current.spec.as_ref().and_then(|s| s.node_name.as_deref());
+            if bound.is_some() {
+                if bound == Some(node) {
+                    self.reservations().evict(node, &uid, Instant::now());
+                }
+                return Ok(());
+            }
             let recorded = current.metadata.annotations.as_ref().and_then(|a| a.get(GPU_DECISION_ANNOTATION));
             let ours = recorded.and_then(|v| GpuDecision::from_annotation(v).ok()).is_some_and(|d| d.node == node);
-            let bound = current.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some();
-            if current.metadata.uid.as_deref() != Some(uid.as_str()) || !ours || bound {
+            if !ours {
                 return Ok(());
             }
             let annotations = [GPU_IDS_ANNOTATION, GPU_DECISION_ANNOTATION, VF_IDS_ANNOTATION]
                 .into_iter()
                 .map(|k| (k.to_string(), None))
                 .collect();
-            binder.annotate(&namespace, &name, &uid, annotations).await
+            let version = current.metadata.resource_version.as_deref();
+            binder.annotate(&namespace, &name, &uid, version, annotations).await
         }
         .await;
         EventHandlerResponse { error_message: outcome.err().unwrap_or_default() }
@@ -286,6 +373,7 @@ impl ExtenderState {
         uid: &str,
         ask: &PodAsk,
         claims: &[ResourceClaim],
+        releasing: &BTreeSet<String>,
     ) -> Result<Option<Decided>, String> {
         let node_object = self.view().node(node).ok_or_else(|| format!("node {node} is not known to the extender"))?;
         let prepared = match self.cache().resolve(&node_object) {
@@ -299,7 +387,10 @@ impl ExtenderState {
         let mut ledger = self.reservations().lock(node);
         let pods = self.view().pods_on_node(node);
         let reserved = ledger.others(uid, now, shown_in(&pods));
-        let (held, mut vfs_used) = devices_in_use(node, &prepared, &pods, &self.config().resource_name);
+        // The pods being released (evicted by the session that pipelines this one) hold nothing.
+        let holding: Vec<_> =
+            pods.iter().filter(|p| p.metadata.uid.as_ref().is_none_or(|u| !releasing.contains(u))).cloned().collect();
+        let (held, mut vfs_used) = devices_in_use(node, &prepared, &holding, &self.config().resource_name);
         let used = held | reserved.gpus;
         vfs_used.extend(reserved.vfs);
         let free: Vec<usize> = (0..prepared.len()).filter(|&g| used & (1u128 << g) == 0).collect();

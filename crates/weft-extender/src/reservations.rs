@@ -15,6 +15,8 @@ use k8s_openapi::api::core::v1::Pod;
 pub struct Reservations {
     ttl: Duration,
     by_node: Mutex<HashMap<String, Vec<Held>>>,
+    /// Running pods a vc-scheduler session evicted (preempt, reclaim), per node, until when.
+    evicted: Mutex<HashMap<String, Vec<(String, Instant)>>>,
 }
 
 #[derive(Clone, Debug)]
@@ -43,7 +45,41 @@ impl Reserved {
 impl Reservations {
     /// A ledger whose reservations last at most `ttl`.
     pub fn new(ttl: Duration) -> Reservations {
-        Reservations { ttl, by_node: Mutex::new(HashMap::new()) }
+        Reservations { ttl, by_node: Mutex::new(HashMap::new()), evicted: Mutex::new(HashMap::new()) }
+    }
+
+    /// Marks the running pod `pod_uid` on `node` as evicted by a vc-scheduler session
+    /// (`Statement.Evict` calls DeallocateFunc for it) until `now` + the ttl: a task the session
+    /// pipelines onto the node may be given its devices ([`Reservations::evicted`]).
+    pub fn evict(&self, node: &str, pod_uid: &str, now: Instant) {
+        let mut evicted = self.evicted.lock().unwrap_or_else(PoisonError::into_inner);
+        let list = evicted.entry(node.to_string()).or_default();
+        list.retain(|(uid, _)| uid != pod_uid);
+        list.push((pod_uid.to_string(), now + self.ttl));
+    }
+
+    /// Ends `pod_uid`'s eviction mark on `node` (the session discarded the eviction:
+    /// `Statement.unevict` calls AllocateFunc for the victim).
+    pub fn unevict(&self, node: &str, pod_uid: &str) {
+        let mut evicted = self.evicted.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(list) = evicted.get_mut(node) {
+            list.retain(|(uid, _)| uid != pod_uid);
+            if list.is_empty() {
+                evicted.remove(node);
+            }
+        }
+    }
+
+    /// The pods marked evicted on `node` at `now`; expired marks end here.
+    pub fn evicted(&self, node: &str, now: Instant) -> BTreeSet<String> {
+        let mut evicted = self.evicted.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(list) = evicted.get_mut(node) else { return BTreeSet::new() };
+        list.retain(|(_, until)| *until > now);
+        let out = list.iter().map(|(uid, _)| uid.clone()).collect();
+        if list.is_empty() {
+            evicted.remove(node);
+        }
+        out
     }
 
     /// GPUs and VFs reserved on `node` at `now`. Reservations that expired, or whose pod `visible`
@@ -213,6 +249,22 @@ mod tests {
         assert_eq!(ledger.others("c", t, |_| false), Reserved::default());
         drop(ledger);
         assert_eq!(r.len(), 1, "looking reserved nothing");
+    }
+
+    #[test]
+    fn eviction_marks_last_until_unevicted_or_expired() {
+        let r = Reservations::new(TTL);
+        let t = Instant::now();
+        r.evict("n1", "v1", t);
+        r.evict("n1", "v2", t);
+        r.evict("n1", "v1", t + TTL / 2);
+        assert_eq!(r.evicted("n1", t), BTreeSet::from(["v1".to_string(), "v2".to_string()]));
+        assert!(r.evicted("n2", t).is_empty());
+        r.unevict("n1", "v2");
+        assert_eq!(r.evicted("n1", t), BTreeSet::from(["v1".to_string()]));
+        assert_eq!(r.evicted("n1", t + TTL).len(), 1, "v1's mark was renewed at ttl/2");
+        assert!(r.evicted("n1", t + TTL / 2 + TTL).is_empty(), "and expired a ttl later");
+        assert!(r.evicted("n1", t).is_empty(), "the expired mark was dropped");
     }
 
     #[test]

@@ -7,8 +7,8 @@
 //! | --- | --- | --- |
 //! | PredicateFn | `{"task": TaskInfo, "node": NodeInfo}` | `{"status": reason, "code": n}` from filter |
 //! | BatchNodeOrderFn | `{"task": TaskInfo, "nodes": [NodeInfo]}` | `{"nodeScore": {node: 0–100}, "errorMessage": ""}` from prioritize |
-//! | AllocateFunc (event) | `{"task": TaskInfo}` (its `NodeName` set) | `{"errorMessage": ""}`: picks and reserves the GPU set, records it on the pod |
-//! | DeallocateFunc (event) | `{"task": TaskInfo}` | `{"errorMessage": ""}`: releases the reservation and the record |
+//! | AllocateFunc (event) | `{"task": TaskInfo}` (its `NodeName` set) | `{"errorMessage": ""}`: picks and reserves the GPU set, records it on the pod; for a bound pod (a victim `unevict`ed) nothing |
+//! | DeallocateFunc (event) | `{"task": TaskInfo}` | `{"errorMessage": ""}`: releases the reservation and the record; for a bound pod (a victim `Evict`ed) marks it evicted |
 //!
 //! `TaskInfo` and `NodeInfo` are Go structs without JSON tags, so their fields arrive under their Go
 //! names (`UID`, `Name`, `Namespace`, `NodeName`, `Pod`; `Name`, `Node`); weft reads those and
@@ -38,6 +38,16 @@ pub const UNSCHEDULABLE: i32 = 2;
 /// Volcano's `api.UnschedulableAndUnresolvable`: preemption would not help.
 pub const UNSCHEDULABLE_AND_UNRESOLVABLE: i32 = 3;
 
+/// Volcano's `api.Allocated`: the session placed the task on a node with the resources free now;
+/// vc-scheduler binds it when its job is ready.
+pub const ALLOCATED: u32 = 1 << 1;
+/// Volcano's `api.Pipelined`: the session placed the task on a node whose resources are still being
+/// released (victims evicted by preempt or reclaim); it is not bound in this session.
+pub const PIPELINED: u32 = 1 << 2;
+/// Volcano's `api.Running`: the status `Statement.unevict` gives back to a victim before it calls
+/// AllocateFunc for it.
+pub const RUNNING: u32 = 1 << 5;
+
 /// The fields of Volcano's `api.TaskInfo` weft reads.
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct TaskInfo {
@@ -53,6 +63,9 @@ pub struct TaskInfo {
     /// The node the session placed the task on (set for AllocateFunc).
     #[serde(rename = "NodeName", default)]
     pub node_name: String,
+    /// The task's state in the session (Volcano's `api.TaskStatus`, a bit: [`PIPELINED`], …).
+    #[serde(rename = "Status", default)]
+    pub status: u32,
     /// The pod.
     #[serde(rename = "Pod", default)]
     pub pod: Option<Pod>,
@@ -166,6 +179,39 @@ pub fn task_pod(task: Option<TaskInfo>) -> Result<(TaskInfo, Pod), String> {
     }
     if meta.uid.is_none() && !task.uid.is_empty() {
         meta.uid = Some(task.uid.clone());
+    }
+    Ok((task, pod))
+}
+
+/// The task's pod for an event that writes to it ([`task_pod`]), once the pod's namespace and name
+/// (and the task's node, when set) are names the API server would accept, and the task agrees with
+/// its pod. Volcano builds a task from its pod (`api.NewTaskInfo`: the task's UID, name and
+/// namespace are the pod's), and weft conditions its write on the task's UID; a task that names
+/// another UID, name or namespace than its own pod is malformed and refused, with nothing written.
+pub fn event_pod(task: Option<TaskInfo>) -> Result<(TaskInfo, Pod), String> {
+    let (task, pod) = task_pod(task)?;
+    let meta = &pod.metadata;
+    let (namespace, name) = (meta.namespace.as_deref().unwrap_or_default(), meta.name.as_deref().unwrap_or_default());
+    let node = (!task.node_name.is_empty()).then_some(task.node_name.as_str());
+    crate::bind::check_names(namespace, name, node)
+        .map_err(|e| format!("task {}/{}: {e}", task.namespace, task.name))?;
+    let uid = meta.uid.as_deref().unwrap_or_default();
+    if uid.is_empty() {
+        return Err(format!("task {namespace}/{name}: neither the task nor its pod has a UID"));
+    }
+    let disagree = |field: &str, theirs: &str, ours: &str| {
+        format!(
+            "task {namespace}/{name}: the task's {field} {theirs:?} is not its pod's ({ours:?}); Volcano takes both from the pod"
+        )
+    };
+    if !task.uid.is_empty() && task.uid != uid {
+        return Err(disagree("UID", &task.uid, uid));
+    }
+    if !task.name.is_empty() && task.name != name {
+        return Err(disagree("name", &task.name, name));
+    }
+    if !task.namespace.is_empty() && task.namespace != namespace {
+        return Err(disagree("namespace", &task.namespace, namespace));
     }
     Ok((task, pod))
 }

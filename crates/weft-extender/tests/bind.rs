@@ -155,3 +155,38 @@ async fn a_retried_bind_succeeds_and_a_pod_without_gpus_is_bound_without_a_decis
     let stale = post_verb(&c, "bind", &bind_args(&replaced, "n1")).await;
     assert!(stale["Error"].as_str().unwrap().contains("was replaced"), "{stale}");
 }
+
+/// The API requests the extender made since `from` (its watches' and the test's own setup left out).
+fn pod_and_node_requests(c: &Cluster, from: usize) -> Vec<weft_fakeapi::RecordedRequest> {
+    c.api.requests().into_iter().skip(from).filter(|r| r.verb != weft_fakeapi::Verb::Watch).collect()
+}
+
+#[tokio::test]
+async fn names_that_kubernetes_would_refuse_are_refused_before_any_api_request() {
+    let c = cluster(&[("n1", 8)]).await;
+    let gp3 = pending(&c, "gp3", 1).await;
+    let uid = gp3.metadata.uid.clone().unwrap();
+    let before = c.api.requests().len();
+    // A query smuggled into the name (it made a dry-run write that weft reported as done), a path
+    // that climbs to a node, a slash, capitals, an empty name, and the same tricks in the
+    // namespace and the node.
+    let cases = [
+        ("ml", "gp3?dryRun=All&x=", "n1", "pod name \"gp3?dryRun=All&x=\""),
+        ("ml", "../../nodes/n1", "n1", "pod name \"../../nodes/n1\""),
+        ("ml", "a/b", "n1", "pod name \"a/b\""),
+        ("ml", "GP3", "n1", "pod name \"GP3\""),
+        ("ml/../kube-system", "gp3", "n1", "namespace \"ml/../kube-system\""),
+        ("", "gp3", "n1", "namespace \"\""),
+        ("ml", "gp3", "n1/../n2", "node name \"n1/../n2\""),
+    ];
+    for (namespace, name, node, what) in cases {
+        let args = json!({"PodName": name, "PodNamespace": namespace, "PodUID": uid, "Node": node});
+        let answer = post_verb(&c, "bind", &args).await;
+        let error = answer["Error"].as_str().unwrap();
+        assert!(error.contains(what) && error.contains("not a valid"), "{name}: {error}");
+    }
+    assert_eq!(pod_and_node_requests(&c, before), [], "nothing reached the API server");
+    let stored = Api::<Pod>::namespaced(c.api.client(), "ml").get("gp3").await.unwrap();
+    assert_eq!(stored.spec.unwrap().node_name, None, "gp3 is not bound");
+    assert!(c.state.reservations().is_empty());
+}

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
-use weft_extender::{ExtenderConfig, ExtenderState, KubeClusterView, KubePodBinder};
+use weft_extender::{ClusterView, ExtenderConfig, ExtenderState, KubeClusterView, KubePodBinder};
 use weft_fakeapi::FakeApiServer;
 use weft_record::usage::parse_gpu_ids;
 use weft_record::{GPU_DECISION_ANNOTATION, GPU_IDS_ANNOTATION, GpuDecision};
@@ -47,6 +47,7 @@ struct Cluster {
     verbs: serde_json::Map<String, Value>,
     http: reqwest::Client,
     state: Arc<ExtenderState>,
+    view: Arc<KubeClusterView>,
 }
 
 async fn cluster(nodes: &[(&str, usize)]) -> Cluster {
@@ -58,10 +59,10 @@ async fn cluster(nodes: &[(&str, usize)]) -> Cluster {
         n.metadata.uid = None;
         node_api.create(&PostParams::default(), &n).await.unwrap();
     }
-    let view = KubeClusterView::spawn(api.client());
+    let view = Arc::new(KubeClusterView::spawn(api.client()));
     guard("the view to sync", view.wait_until_ready()).await;
     let state = Arc::new(
-        ExtenderState::new(Arc::new(view), ExtenderConfig::default())
+        ExtenderState::new(view.clone(), ExtenderConfig::default())
             .with_binder(Arc::new(KubePodBinder::new(api.client()))),
     );
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -70,7 +71,7 @@ async fn cluster(nodes: &[(&str, usize)]) -> Cluster {
     let verbs = shipped_arguments();
     let prefix = verbs["extender.urlPrefix"].as_str().unwrap();
     let path = prefix.splitn(4, '/').nth(3).map(|p| format!("/{p}")).unwrap_or_default();
-    Cluster { api, url: format!("http://{addr}{path}"), verbs, http: reqwest::Client::new(), state }
+    Cluster { api, url: format!("http://{addr}{path}"), verbs, http: reqwest::Client::new(), state, view }
 }
 
 impl Cluster {
@@ -242,4 +243,225 @@ async fn malformed_requests_are_errors_that_name_what_is_wrong() {
     let r = c.http.post(&url).body("{").send().await.unwrap();
     assert_eq!(r.status(), 400);
     assert!(r.text().await.unwrap().contains("volcano predicate"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_whose_pod_name_is_not_a_kubernetes_name_is_refused_before_any_api_request() {
+    let c = cluster(&[("n1", 8)]).await;
+    let pod = c.create_pod("gp3", 2).await;
+    let before = c.api.requests().len();
+    for (field, value) in
+        [("name", "gp3?dryRun=All&x="), ("name", "../../nodes/n1"), ("namespace", "ml/../kube-system")]
+    {
+        let mut t = task(&pod, "n1");
+        t["Pod"]["metadata"][field] = json!(value);
+        t[if field == "name" { "Name" } else { "Namespace" }] = json!(value);
+        for verb in ["extender.allocateFuncVerb", "extender.deallocateFuncVerb"] {
+            let answer = c.send(verb, &json!({"task": t})).await;
+            let error = answer["errorMessage"].as_str().unwrap();
+            assert!(error.contains(&format!("{field} \"{value}\" is not a valid")), "{verb} {value}: {error}");
+        }
+    }
+    let made: Vec<_> =
+        c.api.requests().into_iter().skip(before).filter(|r| r.verb != weft_fakeapi::Verb::Watch).collect();
+    assert_eq!(made, [], "nothing reached the API server");
+    assert_eq!(decision_of(&c.pod("gp3").await), None, "gp3 carries no decision");
+    assert_eq!(c.state.reservations().len(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_whose_uid_differs_from_its_pods_is_refused_and_nothing_is_recorded() {
+    // Volcano's TaskInfo.UID is its pod's UID (api.NewTaskInfo); the record's write is conditioned
+    // on the task's UID, so a task that disagrees with its own pod is malformed.
+    let c = cluster(&[("n1", 8)]).await;
+    let pod = c.create_pod("worker-0", 2).await;
+    let mut t = task(&pod, "n1");
+    t["UID"] = json!("uid-of-another-pod");
+    let answer = c.send("extender.allocateFuncVerb", &json!({"task": t})).await;
+    let error = answer["errorMessage"].as_str().unwrap();
+    assert!(error.contains("uid-of-another-pod") && error.contains(pod.metadata.uid.as_deref().unwrap()), "{error}");
+    assert_eq!(decision_of(&c.pod("worker-0").await), None);
+    assert_eq!(c.state.reservations().len(), 0);
+}
+
+// ----- Volcano's actions as their Statements call the event handlers -----
+//
+// volcano-sh/volcano pkg/scheduler/framework/statement.go: `Evict(victim)` marks the victim
+// Releasing and calls DeallocateFunc for it (the pod still runs); `Pipeline(task, node)` marks the
+// task Pipelined and calls AllocateFunc; `Discard` undoes the operations last first: `unPipeline`
+// calls DeallocateFunc for the task, `unevict` marks the victim Running again and calls
+// AllocateFunc for it. `Commit` deletes the victims (`cache.Evict`). actions/preempt
+// (`normalPreempt`) and actions/reclaim (`reclaimForTask`) run Evict for each victim on a node, then
+// Pipeline for the preemptor, on a per-node statement that is discarded when Pipeline fails and
+// merged into the job's statement otherwise; the job's statement is committed when the job is
+// pipelined, else discarded.
+
+/// Volcano's `api.TaskStatus` bits.
+const PENDING: u32 = 1;
+const PIPELINED: u32 = 1 << 2;
+const RUNNING: u32 = 1 << 5;
+const RELEASING: u32 = 1 << 6;
+
+/// The task as the statement hands it to the event handler: on `node`, in `status`.
+fn task_in(pod: &Pod, node: &str, status: u32) -> Value {
+    let mut t = task(pod, node);
+    t["Status"] = json!(status);
+    t
+}
+
+impl Cluster {
+    /// A running pod bound to `node` holding GPUs `ids`, once the extender's watch shows it.
+    async fn running(&self, name: &str, node: &str, ids: &str) -> Pod {
+        let gpus = ids.split(',').count() as u32;
+        let pod =
+            self.api.insert_typed(&common::bound_pod(name, node, gpus, Some(ids), "2026-01-05T10:00:00Z")).unwrap();
+        let uid = pod.metadata.uid.clone().unwrap();
+        let view = self.view.clone();
+        let mut rx = view.changes();
+        let shown = |v: &KubeClusterView| v.pods_on_node(node).iter().any(|p| p.metadata.uid.as_deref() == Some(&uid));
+        guard("the watch to show the pod", rx.wait_for(|_| shown(&view))).await.unwrap();
+        pod
+    }
+
+    /// Statement.Evict(victim): DeallocateFunc for the running victim, marked Releasing.
+    async fn evict(&self, victim: &Pod, node: &str) {
+        let answer = self.send("extender.deallocateFuncVerb", &json!({"task": task_in(victim, node, RELEASING)})).await;
+        assert_eq!(answer, json!({"errorMessage": ""}), "evict {:?}", victim.metadata.name);
+    }
+
+    /// Statement.Pipeline(task, node): AllocateFunc for the task, marked Pipelined; its answer.
+    async fn pipeline(&self, task: &Pod, node: &str) -> String {
+        let answer = self.send("extender.allocateFuncVerb", &json!({"task": task_in(task, node, PIPELINED)})).await;
+        answer["errorMessage"].as_str().unwrap().to_string()
+    }
+
+    /// Statement.unPipeline(task): DeallocateFunc for the task (its status back to Pending).
+    async fn unpipeline(&self, task: &Pod, node: &str) {
+        let answer = self.send("extender.deallocateFuncVerb", &json!({"task": task_in(task, node, PENDING)})).await;
+        assert_eq!(answer, json!({"errorMessage": ""}));
+    }
+
+    /// Statement.unevict(victim): AllocateFunc for the victim, marked Running again.
+    async fn unevict(&self, victim: &Pod, node: &str) {
+        let answer = self.send("extender.allocateFuncVerb", &json!({"task": task_in(victim, node, RUNNING)})).await;
+        assert_eq!(answer, json!({"errorMessage": ""}), "unevict {:?}", victim.metadata.name);
+    }
+
+    /// Whether the extender wrote to the pod `name` (any PATCH, PUT or Binding).
+    fn written(&self, name: &str) -> bool {
+        use weft_fakeapi::Verb::{Create, Patch, Update};
+        self.api.requests().iter().any(|r| {
+            r.name.as_deref() == Some(name)
+                && (matches!(r.verb, Patch | Update) || (r.verb == Create && r.subresource.is_some()))
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preempt_pipelines_the_preemptor_onto_the_gpus_of_the_victims_it_evicted() {
+    let c = cluster(&[("n1", 8)]).await;
+    let victim = c.running("low-0", "n1", "0,1").await;
+    let bystander = c.running("low-1", "n1", "2,3").await;
+    let preemptor = c.create_pod("high-0", 4).await;
+    // Without evictions n1 has 4 free GPUs (4-7): an Allocated 6-GPU task would not fit, and the
+    // preemptor pipelined without evicting anyone gets exactly those.
+    let big = c.create_pod("high-1", 6).await;
+    let error = c.pipeline(&big, "n1").await;
+    assert!(error.contains("4 free GPUs now; the pod asks for 6"), "{error}");
+
+    // normalPreempt on n1: Evict(low-0), Pipeline(high-1): 4 free + low-0's 2 = 6.
+    c.evict(&victim, "n1").await;
+    assert_eq!(c.pipeline(&big, "n1").await, "", "the victim's GPUs count for the pipelined preemptor");
+    let (ids, decision) = decision_of(&c.pod("high-1").await).expect("recorded");
+    assert_eq!((decision.node.as_str(), ids.clone()), ("n1", vec![0, 1, 4, 5, 6, 7]), "never the bystander's 2,3");
+    // Until the victim is gone, everyone else still sees its GPUs held: n1 is full.
+    let other = c.send("extender.predicateVerb", &json!({"task": task(&preemptor, ""), "node": node_info("n1")})).await;
+    assert_eq!(other["code"], 2, "{other}");
+    // Commit: the victim is deleted; neither it nor the bystander was written to.
+    Api::<Pod>::namespaced(c.api.client(), "ml").delete("low-0", &Default::default()).await.unwrap();
+    assert!(!c.written("low-0") && !c.written("low-1"), "victims and bystanders are never written");
+    assert_eq!(c.pod("low-1").await.metadata.annotations.unwrap()[GPU_IDS_ANNOTATION], "2,3");
+    let _ = bystander;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_discarded_preemption_leaves_the_running_victim_and_its_gpus_as_they_were() {
+    let c = cluster(&[("n1", 8)]).await;
+    let victim = c.running("low-0", "n1", "0,1").await;
+    let preemptor = c.create_pod("high-0", 8).await;
+    let victim_before = c.pod("low-0").await;
+
+    // normalPreempt: Evict(low-0), Pipeline(high-0) succeeds on n1; the job is not pipelined, so
+    // the statement is discarded: unPipeline(high-0), then unevict(low-0).
+    c.evict(&victim, "n1").await;
+    assert_eq!(c.pipeline(&preemptor, "n1").await, "", "6 free GPUs and low-0's 2");
+    assert_eq!(decision_of(&c.pod("high-0").await).unwrap().0, [0, 1, 2, 3, 4, 5, 6, 7]);
+    c.unpipeline(&preemptor, "n1").await;
+    c.unevict(&victim, "n1").await;
+
+    let victim_after = c.pod("low-0").await;
+    assert_eq!(
+        victim_after.metadata.annotations, victim_before.metadata.annotations,
+        "low-0's GPU record is unchanged"
+    );
+    assert_eq!(
+        victim_after.metadata.resource_version, victim_before.metadata.resource_version,
+        "low-0 was not written"
+    );
+    assert!(!c.written("low-0"));
+    assert_eq!(decision_of(&c.pod("high-0").await), None);
+    assert_eq!(c.state.reservations().len(), 0);
+    // The eviction was undone: a later pipelined 7-GPU task cannot take low-0's GPUs.
+    let seven = c.create_pod("high-1", 7).await;
+    let error = c.pipeline(&seven, "n1").await;
+    assert!(error.contains("6 free GPUs now; the pod asks for 7"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_whose_pipeline_fails_discards_and_the_victims_keep_their_gpus() {
+    let c = cluster(&[("n1", 8)]).await;
+    let v0 = c.running("other-queue-0", "n1", "0,1").await;
+    let v1 = c.running("other-queue-1", "n1", "2,3").await;
+    let _kept = c.running("own-queue-0", "n1", "4,5,6,7").await;
+    let task8 = c.create_pod("starved-0", 8).await;
+
+    // reclaimForTask on n1: Evict each reclaimee, then Pipeline, which fails (4 of 8 GPUs can be
+    // freed); Pipeline rolls itself back (unPipeline), then the node statement is discarded
+    // (unevict, last first).
+    c.evict(&v0, "n1").await;
+    c.evict(&v1, "n1").await;
+    let error = c.pipeline(&task8, "n1").await;
+    assert!(error.contains("4 free GPUs now; the pod asks for 8"), "{error}");
+    c.unpipeline(&task8, "n1").await;
+    c.unevict(&v1, "n1").await;
+    c.unevict(&v0, "n1").await;
+    for (name, ids) in [("other-queue-0", "0,1"), ("other-queue-1", "2,3")] {
+        assert!(!c.written(name), "{name} was written");
+        assert_eq!(c.pod(name).await.metadata.annotations.unwrap()[GPU_IDS_ANNOTATION], ids);
+    }
+    assert_eq!(decision_of(&c.pod("starved-0").await), None);
+
+    // The next session reclaims for a 4-GPU task: Evict both, Pipeline succeeds, Commit.
+    let task4 = c.create_pod("starved-1", 4).await;
+    c.evict(&v0, "n1").await;
+    c.evict(&v1, "n1").await;
+    assert_eq!(c.pipeline(&task4, "n1").await, "");
+    let (ids, _) = decision_of(&c.pod("starved-1").await).unwrap();
+    assert_eq!(ids, [0, 1, 2, 3], "the reclaimed GPUs");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allocate_never_decides_again_for_a_bound_pod() {
+    let c = cluster(&[("n1", 8), ("n2", 8)]).await;
+    let running = c.running("r-0", "n1", "0,1").await;
+    // AllocateFunc for a pod bound to that node (unevict, or a retry): nothing decided or written.
+    for status in [RUNNING, 2, PIPELINED] {
+        let answer = c.send("extender.allocateFuncVerb", &json!({"task": task_in(&running, "n1", status)})).await;
+        assert_eq!(answer, json!({"errorMessage": ""}));
+    }
+    // For another node: refused, nothing written.
+    let answer = c.send("extender.allocateFuncVerb", &json!({"task": task_in(&running, "n2", 2)})).await;
+    assert!(answer["errorMessage"].as_str().unwrap().contains("bound to n1, not n2"), "{answer}");
+    assert!(!c.written("r-0"));
+    assert_eq!(c.state.reservations().len(), 0);
 }
