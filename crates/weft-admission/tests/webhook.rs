@@ -513,3 +513,20 @@ async fn pods_of_a_job_over_the_replica_cap_are_denied_without_building_anything
     assert!(message.contains("weft wires at most 10000"), "{message}");
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_malformed_job_is_denied_naming_the_field() {
+    let server = Webhook::start(Arc::new(InMemoryJobs::new())).await;
+    let mut review = job_validate_review(r#"{"env":[]}"#, None);
+    review["request"]["object"]["spec"]["tasks"][1]["replicas"] = json!("2");
+    let answer = server.review("/jobs/validate", &review).await;
+    assert_eq!(answer["response"]["allowed"], false, "{answer}");
+    let message = answer["response"]["status"]["message"].as_str().unwrap();
+    assert!(message.contains("spec.tasks[1].replicas: invalid type: string \"2\""), "{message}");
+
+    let review = job_validate_review(r#"{"env":[]}"#, Some(json!(["svc"])));
+    let answer = server.review("/jobs/validate", &review).await;
+    let message = answer["response"]["status"]["message"].as_str().unwrap();
+    assert!(message.contains("spec.plugins: invalid type: sequence"), "{message}");
+    server.stop().await;
+}

@@ -140,48 +140,63 @@ impl Job {
     }
 }
 
-/// `spec.plugins` as Go reads it: a plugin given `null` args (`svc:` in YAML) has no args. An
-/// entry that is not a list of strings is an error naming it (`spec.plugins.tensorflow`).
+/// `spec.plugins` as Go reads it: a map from plugin name to its argument list; a plugin given
+/// `null` args (`svc:` in YAML) has no args. Read through [`PluginArgs`], so that with
+/// [`from_value`] a malformed entry is named by its path (`spec.plugins.tensorflow`,
+/// `spec.plugins.svc[0]`).
 fn plugin_map<'de, D: Deserializer<'de>>(d: D) -> Result<Option<BTreeMap<String, Vec<String>>>, D::Error> {
-    use serde::de::Error as _;
-    let Some(raw): Option<BTreeMap<String, Value>> = Option::deserialize(d)? else { return Ok(None) };
-    let mut out = BTreeMap::new();
-    for (name, v) in raw {
-        let args = match v {
-            Value::Null => Vec::new(),
-            Value::Array(items) => items
-                .into_iter()
-                .enumerate()
-                .map(|(i, a)| match a {
-                    Value::String(s) => Ok(s),
-                    other => Err(D::Error::custom(format!(
-                        "spec.plugins.{name}[{i}]: expected a string (one argument), got {}",
-                        kind_of(&other)
-                    ))),
-                })
-                .collect::<Result<_, _>>()?,
-            other => {
-                return Err(D::Error::custom(format!(
-                    "spec.plugins.{name}: expected a list of argument strings (e.g. [\"--port=2222\"]), got {}",
-                    kind_of(&other)
-                )));
-            }
-        };
-        out.insert(name, args);
-    }
-    Ok(Some(out))
+    let raw: Option<BTreeMap<String, PluginArgs>> = Option::deserialize(d)?;
+    Ok(raw.map(|m| m.into_iter().map(|(name, args)| (name, args.0)).collect()))
 }
 
-/// What a JSON value is, for messages.
-fn kind_of(v: &Value) -> String {
-    match v {
-        Value::Null => "null".into(),
-        Value::Bool(b) => format!("the bool {b}"),
-        Value::Number(n) => format!("the number {n}"),
-        Value::String(s) => format!("the string {s:?}"),
-        Value::Array(_) => "a list".into(),
-        Value::Object(_) => "an object".into(),
+/// One plugin's arguments: a list of strings, or `null` for none.
+struct PluginArgs(Vec<String>);
+
+impl<'de> Deserialize<'de> for PluginArgs {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = PluginArgs;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(r#"a list of argument strings (e.g. ["--port=2222"]) or null"#)
+            }
+
+            fn visit_unit<E: serde::de::Error>(self) -> Result<PluginArgs, E> {
+                Ok(PluginArgs(Vec::new()))
+            }
+
+            fn visit_none<E: serde::de::Error>(self) -> Result<PluginArgs, E> {
+                Ok(PluginArgs(Vec::new()))
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<PluginArgs, A::Error> {
+                let mut args = Vec::new();
+                while let Some(arg) = seq.next_element::<String>()? {
+                    args.push(arg);
+                }
+                Ok(PluginArgs(args))
+            }
+        }
+        d.deserialize_any(Visitor)
     }
+}
+
+/// Why a document is not a readable Volcano Job: the path of the malformed field
+/// (`spec.tasks[1].replicas`) and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct JobParseError {
+    /// Where, as `spec.tasks[1].replicas`; `.` for the document itself.
+    pub path: String,
+    /// What is wrong there (serde's description).
+    pub message: String,
+}
+
+/// Reads a Volcano Job from JSON, naming the malformed field by its path when it cannot.
+pub fn from_value(value: Value) -> Result<Job, JobParseError> {
+    serde_path_to_error::deserialize(value)
+        .map_err(|e| JobParseError { path: e.path().to_string(), message: e.into_inner().to_string() })
 }
 
 /// Parses a plugin map in the shape of `spec.plugins` (the [`crate::PLUGINS_ANNOTATION`] value):

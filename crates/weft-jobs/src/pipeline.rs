@@ -105,7 +105,8 @@ impl JobPlugins {
 
     /// What Volcano's controller will do with `spec.plugins`: plugins built leniently, as Volcano
     /// does; unknown names, argument errors and silent skips become warnings. A plugin that
-    /// Volcano would fail on (an error at pod creation) is left out with a warning.
+    /// Volcano would fail on at pod creation is left out with a warning, or (ray without its head
+    /// task) kept for the objects Volcano still creates, with no pod changes and a warning.
     pub fn volcano(job: &Job) -> Self {
         let map = job.spec.plugins.clone().unwrap_or_default();
         let options = BuildOptions::default();

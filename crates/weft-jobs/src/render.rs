@@ -11,7 +11,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::admission::{AdmissionOptions, mutate_job, validate_job};
-use crate::job::Job;
+use crate::job::{Job, TaskSpec};
 use crate::naming;
 use crate::pipeline::JobPlugins;
 use crate::plugin::{Flavor, JobObject, ObjectContext, PluginError, SshKeyPair, SshKeySource};
@@ -93,8 +93,38 @@ pub enum RenderError {
 }
 
 /// Renders `job` (a Volcano Job as JSON) the way admission, Volcano's controller and weft's
-/// controller will treat it. A job without a namespace is rendered in `default`.
+/// controller will treat it, every pod held at once. A job without a namespace is rendered in
+/// `default`. For large jobs use [`prepare`] and [`Prepared::pods`], which make one pod at a time.
 pub fn render(job: &Value, opts: &AdmissionOptions, keys: &dyn SshKeySource) -> Result<Rendered, RenderError> {
+    let prepared = prepare(job, opts, keys)?;
+    let mut pods = prepared.pods();
+    let rendered: Vec<RenderedPod> = pods.by_ref().collect::<Result<_, _>>()?;
+    let mut warnings = prepared.warnings.clone();
+    warnings.extend(pods.into_warnings());
+    let Prepared { job, plugins, objects, .. } = prepared;
+    Ok(Rendered { job, plugins, pods: rendered, objects, warnings })
+}
+
+/// A job ready to render: the job after admission, its plugins, its job-level objects and the
+/// warnings known before any pod is made. The pods come one at a time from [`Prepared::pods`], so
+/// a render holds one pod at a time however many the job has.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The job after admission (Volcano's defaults, plugin dependencies).
+    pub job: Value,
+    /// Its plugins, in run order.
+    pub plugins: Vec<RenderedPlugin>,
+    /// Every job-level object.
+    pub objects: Vec<RenderedObject>,
+    /// Admission warnings and what Volcano would only log. [`Pods::into_warnings`] has the ones
+    /// found while making the pods.
+    pub warnings: Vec<String>,
+    typed: Job,
+    runs: JobPlugins,
+}
+
+/// Admits `job` and builds its plugins and objects, as [`render`] does, without making any pod.
+pub fn prepare(job: &Value, opts: &AdmissionOptions, keys: &dyn SshKeySource) -> Result<Prepared, RenderError> {
     let kind_ok = job.get("kind").and_then(Value::as_str) == Some("Job")
         && job.get("apiVersion").and_then(Value::as_str).is_some_and(|a| a.starts_with(crate::job::GROUP));
     if !kind_ok {
@@ -108,63 +138,116 @@ pub fn render(job: &Value, opts: &AdmissionOptions, keys: &dyn SshKeySource) -> 
     {
         meta.insert("namespace".into(), "default".into());
     }
-    let typed: Job = serde_json::from_value(admitted.clone()).map_err(|e| RenderError::NotAJob(e.to_string()))?;
+    let typed: Job = crate::job::from_value(admitted.clone()).map_err(|e| RenderError::NotAJob(e.to_string()))?;
     let verdict = validate_job(&typed, None, opts);
     if !verdict.allowed() {
         return Err(RenderError::Denied(verdict.errors));
     }
-    let plugins = JobPlugins::all(&typed, &opts.build)
+    let runs = JobPlugins::all(&typed, &opts.build)
         .map_err(|errors| RenderError::Denied(errors.iter().map(ToString::to_string).collect()))?;
     let mut warnings = verdict.warnings;
     warnings.extend(verdict.unchecked);
-    for w in plugins.warnings() {
+    for w in runs.warnings() {
         if !warnings.contains(w) {
             warnings.push(w.clone());
         }
     }
-
-    let volcano_names: Vec<&str> =
-        plugins.runs().iter().filter(|r| r.flavor == Flavor::Volcano).map(|r| r.name).collect();
+    let volcano_names: Vec<&str> = runs.runs().iter().filter(|r| r.flavor == Flavor::Volcano).map(|r| r.name).collect();
     if volcano_names.len() > 1 {
         warnings.push(format!(
             "spec.plugins are shown in weft's order ({}); Volcano runs them in Go map order, which changes from pod to pod",
             volcano_names.join(", ")
         ));
     }
-    let mut pods = Vec::new();
-    for task in &typed.spec.tasks {
-        let mut order_warned = false;
-        for index in 0..naming::replicas(task) {
-            let base = naming::volcano_pod(&typed, task, index);
-            if !order_warned {
-                let differs = plugins.volcano_order_dependence(&base)?;
-                if !differs.is_empty() {
-                    order_warned = true;
-                    warnings.push(format!(
-                        "task {}: what Volcano's plugins make of pod {} depends on the order they run in, which is random: \
-                         {} (in weft's order | in the reverse order)",
-                        task.name,
-                        base.metadata.name.as_deref().unwrap_or_default(),
-                        differs.join("; ")
-                    ));
-                }
-            }
-            let mut pod = base.clone();
-            plugins.mutate_pod(&mut pod)?;
-            pods.push(RenderedPod { task: task.name.clone(), index, changes: PodChanges::between(&base, &pod), pod });
-        }
-    }
-    let objects = plugins
+    let objects = runs
         .job_objects(&ObjectContext { ssh_keys: keys })?
         .into_iter()
         .map(|(source, object)| RenderedObject { source, object: JobObject::to_manifest(&object) })
         .collect();
-    let plugins = plugins
-        .runs()
-        .iter()
-        .map(|r| RenderedPlugin { name: r.name, source: r.flavor, args: r.args.clone() })
-        .collect();
-    Ok(Rendered { job: admitted, plugins, pods, objects, warnings })
+    let plugins =
+        runs.runs().iter().map(|r| RenderedPlugin { name: r.name, source: r.flavor, args: r.args.clone() }).collect();
+    Ok(Prepared { job: admitted, plugins, objects, warnings, typed, runs })
+}
+
+impl Prepared {
+    /// The job's pods, task by task, each made when asked for.
+    pub fn pods(&self) -> Pods<'_> {
+        Pods { prepared: self, task: 0, index: 0, order_warned: false, warnings: Vec::new() }
+    }
+
+    /// How many pods [`Prepared::pods`] makes.
+    pub fn pod_count(&self) -> usize {
+        self.typed.spec.tasks.iter().map(naming::replicas).sum()
+    }
+}
+
+/// The pods of a [`Prepared`] job, made one at a time. Stops after the first error.
+#[derive(Debug)]
+pub struct Pods<'a> {
+    prepared: &'a Prepared,
+    task: usize,
+    index: usize,
+    /// Whether the current task's order warning was given.
+    order_warned: bool,
+    warnings: Vec<String>,
+}
+
+impl Pods<'_> {
+    /// The warnings found so far (that Volcano's plugin order changes a task's pods).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// The warnings found while making the pods.
+    pub fn into_warnings(self) -> Vec<String> {
+        self.warnings
+    }
+
+    fn make(&mut self, task: &TaskSpec, index: usize) -> Result<RenderedPod, RenderError> {
+        let plugins = &self.prepared.runs;
+        let base = naming::volcano_pod(&self.prepared.typed, task, index);
+        if !self.order_warned {
+            let differs = plugins.volcano_order_dependence(&base)?;
+            if !differs.is_empty() {
+                self.order_warned = true;
+                self.warnings.push(format!(
+                    "task {}: what Volcano's plugins make of pod {} depends on the order they run in, which is random: \
+                     {} (in weft's order | in the reverse order)",
+                    task.name,
+                    base.metadata.name.as_deref().unwrap_or_default(),
+                    differs.join("; ")
+                ));
+            }
+        }
+        let mut pod = base.clone();
+        plugins.mutate_pod(&mut pod)?;
+        Ok(RenderedPod { task: task.name.clone(), index, changes: PodChanges::between(&base, &pod), pod })
+    }
+}
+
+impl Iterator for Pods<'_> {
+    type Item = Result<RenderedPod, RenderError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let prepared = self.prepared;
+        let tasks = &prepared.typed.spec.tasks;
+        loop {
+            let task = tasks.get(self.task)?;
+            if self.index < naming::replicas(task) {
+                break;
+            }
+            self.task += 1;
+            self.index = 0;
+            self.order_warned = false;
+        }
+        let (task, index) = (&tasks[self.task], self.index);
+        self.index += 1;
+        let made = self.make(task, index);
+        if made.is_err() {
+            self.task = tasks.len();
+        }
+        Some(made)
+    }
 }
 
 /// What the plugins changed on a pod, in brief (names only).

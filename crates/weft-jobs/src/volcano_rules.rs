@@ -152,14 +152,13 @@ pub fn create_problems(job: &Job, raw: &Value, max_replicas: u64) -> Problems {
              whole job; the webhook's --max-job-replicas raises the limit)"
         ));
     } else {
-        let hosts: usize = tasks
-            .iter()
-            .map(|t| (0..naming::replicas(t)).map(|i| naming::domain_name(job_name, t, i).len() + 1).sum::<usize>())
-            .sum();
-        if hosts > MAX_CONFIG_MAP_BYTES {
+        let bytes = crate::plugins::svc::hosts_data_bytes(job);
+        if bytes > MAX_CONFIG_MAP_BYTES {
             p.errors.push(format!(
-                "the job's host names take {hosts} bytes; the svc plugin's ConfigMap holds at most {MAX_CONFIG_MAP_BYTES}: \
-                 fewer pods or shorter job and task names"
+                "the job's host lists take {bytes} bytes in the svc plugin's ConfigMap {} (each task's hosts twice, as \
+                 <task>.host and VC_<TASK>_HOSTS); Kubernetes accepts at most {MAX_CONFIG_MAP_BYTES}: fewer pods or \
+                 shorter job and task names",
+                crate::plugins::svc::config_map_name(job_name)
             ));
         }
     }

@@ -235,3 +235,90 @@ fn a_job_over_the_replica_cap_gets_no_pod_mutator() {
     let e = PodMutator::new(&j, &AdmissionOptions::default()).expect_err("refused");
     assert!(e[0].to_string().contains("1000000000 pods"), "{:?}", e);
 }
+
+/// `n` tasks `t0`, `t1`, … of one replica each.
+fn many_tasks(n: usize) -> Value {
+    Value::Array((0..n).map(|i| task(&format!("t{i}"), 1)).collect())
+}
+
+/// The pod Volcano's controller creates for replica `index` of `task`, as JSON.
+fn volcano_pod(j: &Job, task: &str, index: usize) -> Value {
+    let t = j.task(task).expect("task");
+    serde_json::to_value(weft_jobs::naming::volcano_pod(j, t, index)).expect("pod")
+}
+
+#[test]
+fn weft_svc_host_env_is_bounded_per_pod_and_a_job_beyond_it_is_denied() {
+    use weft_jobs::plugins::svc::MAX_POD_HOSTS_ENV_BYTES;
+    let opts = AdmissionOptions::default();
+    // 10,000 tasks of one replica: every pod would carry 20,000 references.
+    let j = typed(&job(json!({"tasks": many_tasks(10_000)}), Some(r#"{"svc":[]}"#)));
+    let v = validate_job(&j, None, &opts);
+    let m = v.message();
+    assert!(!v.allowed(), "denied");
+    assert!(
+        m.contains("plugin svc: job ml/tf:")
+            && m.contains("20000 host env references")
+            && m.contains(&format!("at most {MAX_POD_HOSTS_ENV_BYTES} bytes per pod"))
+            && m.contains("-inject-hosts-env=false"),
+        "{m}"
+    );
+    // Its pods (the job got in before weft's webhook, say) get no plugins built.
+    let e = PodMutator::new(&j, &opts).expect_err("refused");
+    assert!(e[0].to_string().contains("20000 host env references"), "{e:?}");
+    // Without the variables the job is fine.
+    let j = typed(&job(json!({"tasks": many_tasks(10_000)}), Some(r#"{"svc":["--inject-hosts-env=false"]}"#)));
+    assert!(validate_job(&j, None, &opts).allowed());
+
+    // A job within the bound: its pods' patch stays within it (plus svc's hostname, volume and mount).
+    let j = typed(&job(json!({"tasks": many_tasks(1_000)}), Some(r#"{"svc":[]}"#)));
+    assert!(validate_job(&j, None, &opts).allowed(), "{}", validate_job(&j, None, &opts).message());
+    let ops = PodMutator::new(&j, &opts).expect("builds").mutate(&volcano_pod(&j, "t999", 0)).expect("mutates");
+    let patch = serde_json::to_vec(&ops).expect("json").len();
+    assert!(patch <= MAX_POD_HOSTS_ENV_BYTES + 1024, "{patch}");
+    let env = &apply(&volcano_pod(&j, "t999", 0), &ops)["spec"]["containers"][0]["env"];
+    assert_eq!(env.as_array().map(Vec::len), Some(2_000));
+}
+
+#[test]
+fn volcano_svc_host_env_beyond_the_bound_is_a_warning_naming_the_job_and_the_limit() {
+    let j = typed(&job(json!({"plugins": {"svc": []}, "tasks": many_tasks(10_000)}), None));
+    let v = validate_job(&j, None, &AdmissionOptions::default());
+    assert!(v.allowed(), "{}", v.message());
+    let w = v.warnings.join("\n");
+    assert!(w.contains("plugin svc: job ml/tf:") && w.contains("at most 262144 bytes per pod"), "{w}");
+}
+
+#[test]
+fn a_host_list_longer_than_one_environment_string_may_be_is_refused() {
+    // 4,000 hosts of 36 bytes: VC_WORKER_WITH_A_LONG_NAME_HOSTS resolves to ~144 KB, over Linux's
+    // 128 KiB per environment string; the ConfigMap (~288 KB) fits.
+    let long = "worker-with-a-long-name";
+    let j = typed(&job(json!({"tasks": [task(long, 4_000)]}), Some(r#"{"svc":[]}"#)));
+    let m = validate_job(&j, None, &AdmissionOptions::default()).message();
+    assert!(
+        m.contains("VC_WORKER_WITH_A_LONG_NAME_HOSTS holds") && m.contains("over 131072") && m.contains("E2BIG"),
+        "{m}"
+    );
+    // Volcano's svc: a warning.
+    let j = typed(&job(json!({"plugins": {"svc": []}, "tasks": [task(long, 4_000)]}), None));
+    let v = validate_job(&j, None, &AdmissionOptions::default());
+    assert!(v.allowed() && v.warnings.join("\n").contains("over 131072"), "{v:?}");
+}
+
+#[test]
+fn the_svc_config_map_is_measured_as_kubernetes_counts_it() {
+    // Kubernetes sums the ConfigMap's values, and svc's holds every host twice (<task>.host and
+    // VC_<TASK>_HOSTS): 8,000 hosts of 78 bytes are ~624 KB once, ~1.25 MB in the ConfigMap.
+    let name = |j: &mut Value| j["metadata"]["name"] = json!("a-job-with-long-name");
+    let task_name = "a-task-with-a-thirty-char-name";
+    let mut j = job(json!({"tasks": [task(task_name, 8_000)]}), None);
+    name(&mut j);
+    let v = validate_job(&typed(&j), None, &AdmissionOptions::default());
+    assert!(v.message().contains("a-job-with-long-name-svc") && v.message().contains("at most 1048576"), "{v:?}");
+    // ~860 KB in the ConfigMap: accepted.
+    let mut j = job(json!({"tasks": [task(task_name, 5_500)]}), None);
+    name(&mut j);
+    let v = validate_job(&typed(&j), None, &AdmissionOptions::default());
+    assert!(v.allowed(), "{}", v.message());
+}

@@ -759,17 +759,32 @@ fn ray_default_commands_and_head_service_shape() {
     assert_eq!(objects(weft(ray::build, &job, &[]).as_ref()), expected.as_array().expect("array").clone());
 }
 
+/// Volcano's ray plugin creates `<job>-head-svc` in `OnJobAdd` without looking for the head task
+/// (only `OnPodCreate` checks it, failing every pod): the Service is there, selecting no pod.
 #[test]
-fn ray_volcano_without_head_fails_every_pod() {
+fn ray_volcano_without_head_fails_every_pod_but_creates_the_head_service() {
     let job = jobj(json!([task("worker", 2)]));
-    let e = build(ray::build, &job, &[], Flavor::Volcano).expect_err("Volcano fails").to_string();
-    assert!(e.contains("plugin ray") && e.contains("-head") && e.contains("job j doesn't have head task head"), "{e}");
-    // The pipeline shows it as a warning and leaves ray out.
+    let p = build(ray::build, &job, &[], Flavor::Volcano).expect("Volcano builds it");
+    let w = p.warnings().join("\n");
+    assert!(w.contains("plugin ray") && w.contains("-head") && w.contains("job j doesn't have head task head"), "{w}");
+    let objects = objects(p.as_ref());
+    let [svc] = objects.as_slice() else { panic!("one object: {objects:?}") };
+    assert_eq!(svc["kind"], "Service");
+    assert_eq!(svc["metadata"]["name"], "j-head-svc");
+    assert_eq!(svc["spec"]["selector"]["volcano.sh/task-spec"], "head");
+    assert_eq!(svc["spec"]["ports"][0], json!({"name": "gcs", "port": 6379, "targetPort": "gcs", "protocol": "TCP"}));
+    // Volcano creates no pod of the job; the render shows them unchanged by ray.
+    let w0 = pod(p.as_ref(), &job, "worker", 0);
+    assert!(containers(&w0)[0].command.is_none());
+    // The pipeline keeps ray (for its Service) and the warning.
     let mut job = job;
     job.spec.plugins = Some([("ray".to_owned(), Vec::new())].into());
     let plugins = JobPlugins::volcano(&job);
-    assert!(plugins.runs().iter().all(|r| r.name != "ray"));
+    assert!(plugins.runs().iter().any(|r| r.name == "ray"));
     assert!(plugins.warnings().iter().any(|w| w.contains("doesn't have head task")), "{:?}", plugins.warnings());
+    // weft's flavor refuses the job instead.
+    let e = build(ray::build, &jobj(json!([task("worker", 2)])), &[], Flavor::Weft).expect_err("strict");
+    assert!(e.to_string().contains("flag -head names task \"head\""), "{e}");
 }
 
 #[test]

@@ -148,6 +148,41 @@ fn a_malformed_plugin_entry_names_its_field() {
 }
 
 #[test]
+fn volcanos_ray_without_a_head_task_still_gets_its_head_service() {
+    let r = rendered(&job(json!({"plugins": {"ray": []}, "tasks": [task("worker", 2)]})));
+    let svc = r
+        .objects
+        .iter()
+        .find(|o| o.object["kind"] == "Service" && o.object["metadata"]["name"] == "j-head-svc")
+        .unwrap_or_else(|| panic!("no j-head-svc: {:?}", r.objects));
+    assert_eq!(svc.source, weft_jobs::Flavor::Volcano);
+    assert_eq!(svc.object["spec"]["selector"]["volcano.sh/task-spec"], "head");
+    let w = r.warnings.join("\n");
+    assert!(w.contains("doesn't have head task head") && w.contains("j-head-svc"), "{w}");
+}
+
+/// Malformed shapes a YAML slip gives (`plugins` as a list, a string or a number, `tasks` as a
+/// map, a quoted replica count): the error names the field by its path, as for every other
+/// malformed field, not only serde's text.
+#[test]
+fn malformed_fields_are_named_by_their_path() {
+    let bad_replicas = json!({"name": "w", "replicas": "2", "template": {"spec": {"containers": [{"name": "main"}]}}});
+    for (spec, path, what) in [
+        (json!({"plugins": ["svc"], "tasks": [task("w", 1)]}), "spec.plugins", "sequence"),
+        (json!({"plugins": "svc", "tasks": [task("w", 1)]}), "spec.plugins", "string \"svc\""),
+        (json!({"plugins": 3, "tasks": [task("w", 1)]}), "spec.plugins", "integer `3`"),
+        (json!({"plugins": {"svc": [1]}, "tasks": [task("w", 1)]}), "spec.plugins.svc[0]", "integer `1`"),
+        (json!({"tasks": {"w": task("w", 1)}}), "spec.tasks", "map"),
+        (json!({"tasks": [task("m", 1), bad_replicas]}), "spec.tasks[1].replicas", "string \"2\""),
+    ] {
+        let e = render(&job(spec.clone()), &AdmissionOptions::default(), &PlaceholderKeys)
+            .expect_err("malformed")
+            .to_string();
+        assert!(e.contains(&format!("{path}: ")) && e.contains(what), "{spec}: {e}");
+    }
+}
+
+#[test]
 fn the_base_pod_is_what_volcanos_controller_builds() {
     let mut j = job(json!({
         "volumes": [{"mountPath": "/data", "volumeClaimName": "datasets"}, {"mountPath": "/ckpt", "volumeClaim": {"resources": {}}}],

@@ -1,7 +1,7 @@
 //! `weft jobs render`: the pods and objects a Volcano Job will get from Volcano's plugins
 //! (`spec.plugins`) and weft's (annotation `weft.io/job-plugins`), before it is applied.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
@@ -10,9 +10,9 @@ use serde_json::Value;
 use weft_jobs::admission::AdmissionOptions;
 use weft_jobs::plugin::{BuildOptions, DEFAULT_WAIT_IMAGE, SshKeySource};
 use weft_jobs::plugins::ssh::RandomKeys;
-use weft_jobs::render::{PlaceholderKeys, PodChanges, Rendered, RenderedPod, render};
+use weft_jobs::render::{PlaceholderKeys, PodChanges, Prepared, RenderedPod, prepare};
 
-use crate::output::{print_json, table};
+use crate::output::table;
 
 #[derive(Subcommand, Debug)]
 pub enum JobsCommand {
@@ -85,82 +85,193 @@ fn run_render(a: &RenderArgs) -> anyhow::Result<()> {
         build: BuildOptions { wait_image: a.wait_image.clone(), max_job_replicas: a.max_job_replicas },
     };
     let keys: &dyn SshKeySource = if a.generate_ssh_keys { &RandomKeys } else { &PlaceholderKeys };
-    let mut rendered = Vec::new();
+    // Every job is admitted and its objects built before anything is printed; the pods are made
+    // and written one at a time, so memory stays that of one pod however many the job has.
+    let mut prepared = Vec::new();
     for job in jobs {
-        let name = job.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("<unnamed>");
-        let r = render(job, &opts, keys).with_context(|| format!("{where_}: job {name}"))?;
-        for w in &r.warnings {
+        let name = job_name(job);
+        let p = prepare(job, &opts, keys).with_context(|| format!("{where_}: job {name}"))?;
+        for w in &p.warnings {
             eprintln!("warning: job {name}: {w}");
         }
-        rendered.push(r);
+        prepared.push(p);
     }
+    drop(docs);
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     match a.output {
-        RenderOutput::Json => print_json(&if rendered.len() == 1 {
-            serde_json::to_value(&rendered[0])?
-        } else {
-            serde_json::to_value(&rendered)?
-        }),
+        RenderOutput::Json => write_json(&mut out, &prepared, &where_)?,
         RenderOutput::Yaml => {
-            for r in &rendered {
-                out!("{}", to_yaml_documents(r)?)?;
+            for p in &prepared {
+                write_yaml(&mut out, p, &where_)?;
             }
-            Ok(())
         }
         RenderOutput::Table => {
-            for r in &rendered {
-                print_table(r)?;
+            for p in &prepared {
+                write_table(&mut out, p, &where_)?;
             }
-            Ok(())
         }
     }
+    out.flush()?;
+    Ok(())
 }
 
-/// The job, its pods and its objects as YAML documents.
-fn to_yaml_documents(r: &Rendered) -> anyhow::Result<String> {
-    let mut out = String::new();
-    let mut docs: Vec<Value> = vec![r.job.clone()];
-    for p in &r.pods {
-        let mut v = serde_json::to_value(&p.pod)?;
+fn job_name(job: &Value) -> &str {
+    job.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("<unnamed>")
+}
+
+/// `p`'s pods, each passed to `each` as it is made; warnings found on the way go to stderr.
+fn each_pod(p: &Prepared, where_: &str, mut each: impl FnMut(RenderedPod) -> anyhow::Result<()>) -> anyhow::Result<()> {
+    let name = job_name(&p.job);
+    let mut pods = p.pods();
+    let mut warned = 0;
+    while let Some(pod) = pods.next() {
+        each(pod.with_context(|| format!("{where_}: job {name}"))?)?;
+        for w in &pods.warnings()[warned..] {
+            eprintln!("warning: job {name}: {w}");
+        }
+        warned = pods.warnings().len();
+    }
+    Ok(())
+}
+
+/// What `serde_json::to_string_pretty` gives for the render (one job: an object; more: a list of
+/// them), written a pod at a time. Keys come in serde_json's order (sorted), so `pods` comes after
+/// `objects` and `plugins`, and `warnings`, which making the pods adds to, comes last.
+fn write_json(out: &mut impl Write, prepared: &[Prepared], where_: &str) -> anyhow::Result<()> {
+    if let [one] = prepared {
+        write_json_job(out, one, 0, where_)?;
+    } else {
+        out.write_all(b"[")?;
+        for (i, p) in prepared.iter().enumerate() {
+            out.write_all(if i == 0 { b"\n  " } else { b",\n  " })?;
+            write_json_job(out, p, 2, where_)?;
+        }
+        out.write_all(if prepared.is_empty() { b"]" } else { b"\n]" })?;
+    }
+    out.write_all(b"\n")?;
+    Ok(())
+}
+
+/// One job's render as a pretty JSON object whose lines after the first are indented by `indent`.
+fn write_json_job(out: &mut impl Write, p: &Prepared, indent: usize, where_: &str) -> anyhow::Result<()> {
+    let pad = " ".repeat(indent);
+    out.write_all(b"{\n")?;
+    for (key, value) in [
+        ("job", &p.job),
+        ("objects", &serde_json::to_value(&p.objects)?),
+        ("plugins", &serde_json::to_value(&p.plugins)?),
+    ] {
+        write!(out, "{pad}  \"{key}\": ")?;
+        write_pretty(out, value, indent + 2)?;
+        out.write_all(b",\n")?;
+    }
+    write!(out, "{pad}  \"pods\": [")?;
+    let mut first = true;
+    let mut warnings = p.warnings.clone();
+    let mut pods = p.pods();
+    for pod in pods.by_ref() {
+        let pod = pod.with_context(|| format!("{where_}: job {}", job_name(&p.job)))?;
+        write!(out, "{}{pad}    ", if first { "\n" } else { ",\n" })?;
+        write_pretty(out, &serde_json::to_value(&pod)?, indent + 4)?;
+        first = false;
+    }
+    for w in pods.warnings() {
+        eprintln!("warning: job {}: {w}", job_name(&p.job));
+    }
+    warnings.extend(pods.into_warnings());
+    if first {
+        out.write_all(b"],\n")?;
+    } else {
+        write!(out, "\n{pad}  ],\n")?;
+    }
+    write!(out, "{pad}  \"warnings\": ")?;
+    write_pretty(out, &serde_json::to_value(&warnings)?, indent + 2)?;
+    write!(out, "\n{pad}}}")?;
+    Ok(())
+}
+
+/// `value` as `serde_json::to_string_pretty` writes it, its lines after the first indented by
+/// `indent` (pretty JSON breaks lines only between tokens: strings keep their newlines escaped).
+fn write_pretty(out: &mut impl Write, value: &Value, indent: usize) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(value)?;
+    let pad = " ".repeat(indent);
+    for (i, line) in text.split('\n').enumerate() {
+        if i > 0 {
+            write!(out, "\n{pad}")?;
+        }
+        out.write_all(line.as_bytes())?;
+    }
+    Ok(())
+}
+
+/// The job, its pods and its objects as YAML documents, a pod at a time.
+fn write_yaml(out: &mut impl Write, p: &Prepared, where_: &str) -> anyhow::Result<()> {
+    let doc = |out: &mut dyn Write, d: &Value| -> anyhow::Result<()> {
+        out.write_all(b"---\n")?;
+        out.write_all(serde_saphyr::to_string(d).context("writing YAML")?.as_bytes())?;
+        Ok(())
+    };
+    doc(out, &p.job)?;
+    each_pod(p, where_, |pod| {
+        let mut v = serde_json::to_value(&pod.pod)?;
         if let Some(m) = v.as_object_mut() {
             m.insert("apiVersion".into(), "v1".into());
             m.insert("kind".into(), "Pod".into());
         }
-        docs.push(v);
+        doc(out, &v)
+    })?;
+    for o in &p.objects {
+        doc(out, &o.object)?;
     }
-    docs.extend(r.objects.iter().map(|o| o.object.clone()));
-    for d in &docs {
-        out.push_str("---\n");
-        out.push_str(&serde_saphyr::to_string(d).context("writing YAML")?);
-    }
-    Ok(out)
+    Ok(())
 }
 
-fn print_table(r: &Rendered) -> std::io::Result<()> {
-    let ns = r.job.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default");
-    let name = r.job.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
-    outln!("Job {ns}/{name}: {} pods", r.pods.len())?;
+/// Env names a table row shows; the rest are counted.
+const TABLE_ENV_NAMES: usize = 32;
+
+fn write_table(out: &mut impl Write, p: &Prepared, where_: &str) -> anyhow::Result<()> {
+    let ns = p.job.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default");
+    let name = p.job.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+    writeln!(out, "Job {ns}/{name}: {} pods", p.pod_count())?;
     let mut plugins = table(&["RUN BY", "PLUGIN", "ARGS"]);
-    for p in &r.plugins {
-        plugins.add_row(vec![format!("{:?}", p.source).to_lowercase(), p.name.to_owned(), p.args.join(" ")]);
+    for r in &p.plugins {
+        plugins.add_row(vec![format!("{:?}", r.source).to_lowercase(), r.name.to_owned(), r.args.join(" ")]);
     }
-    outln!("{plugins}")?;
+    writeln!(out, "{plugins}")?;
     let mut pods = table(&["PODS", "DNS NAME", "ENV ADDED", "INIT CONTAINERS", "VOLUMES", "PORTS", "COMMAND SET"]);
-    for group in group_pods(&r.pods) {
+    let mut add_row = |group: PodGroup| {
         let c = &group.changes;
+        let env = if c.env.len() > TABLE_ENV_NAMES {
+            format!("{} … and {} more", c.env[..TABLE_ENV_NAMES].join(" "), c.env.len() - TABLE_ENV_NAMES)
+        } else {
+            c.env.join(" ")
+        };
         pods.add_row(vec![
-            group.label.clone(),
-            group.dns.clone(),
-            c.env.join(" "),
+            group.label(),
+            group.dns(),
+            env,
             c.init_containers.join(" "),
             c.volumes.join(" "),
             c.ports.join(" "),
             c.commands.join(" "),
         ]);
+    };
+    let mut current: Option<PodGroup> = None;
+    each_pod(p, where_, |pod| {
+        if let Some(g) = current.as_mut().filter(|g| g.takes(&pod)) {
+            g.last = pod.index;
+        } else if let Some(done) = current.replace(PodGroup::new(pod)) {
+            add_row(done);
+        }
+        Ok(())
+    })?;
+    if let Some(done) = current {
+        add_row(done);
     }
-    outln!("{pods}")?;
-    if !r.objects.is_empty() {
+    writeln!(out, "{pods}")?;
+    if !p.objects.is_empty() {
         let mut objects = table(&["CREATED BY", "KIND", "NAME", "HOLDS"]);
-        for o in &r.objects {
+        for o in &p.objects {
             let v = &o.object;
             let keys = |field: &str| {
                 v.get(field).and_then(Value::as_object).map(|m| m.keys().cloned().collect::<Vec<_>>().join(" "))
@@ -182,41 +293,64 @@ fn print_table(r: &Rendered) -> std::io::Result<()> {
                 holds,
             ]);
         }
-        outln!("{objects}")?;
+        writeln!(out, "{objects}")?;
     }
-    outln!("(`-o yaml` prints every pod and object in full)")
+    writeln!(out, "(`-o yaml` prints every pod and object in full)")?;
+    Ok(())
 }
 
 /// Consecutive pods of one task with the same changes, shown as one row.
 struct PodGroup {
-    label: String,
+    task: String,
+    /// The first pod's name and DNS name.
+    name: String,
     dns: String,
+    first: usize,
+    last: usize,
+    /// The changes, DNS name left out (it differs from pod to pod).
     changes: PodChanges,
 }
 
-fn group_pods(pods: &[RenderedPod]) -> Vec<PodGroup> {
-    let mut out: Vec<(Vec<&RenderedPod>, PodChanges)> = Vec::new();
-    for p in pods {
-        let mut key = p.changes.clone();
-        key.dns_name = None;
-        match out.last_mut() {
-            Some((members, k)) if *k == key && members[0].task == p.task => members.push(p),
-            _ => out.push((vec![p], key)),
+impl PodGroup {
+    fn new(pod: RenderedPod) -> Self {
+        let mut changes = pod.changes;
+        let dns = changes.dns_name.take().unwrap_or_default();
+        Self {
+            name: pod.pod.metadata.name.unwrap_or_default(),
+            task: pod.task,
+            dns,
+            first: pod.index,
+            last: pod.index,
+            changes,
         }
     }
-    out.into_iter()
-        .map(|(members, changes)| {
-            let first = members[0];
-            let last = members[members.len() - 1];
-            let name = first.pod.metadata.name.clone().unwrap_or_default();
-            let dns = first.changes.dns_name.clone().unwrap_or_default();
-            if members.len() == 1 {
-                return PodGroup { label: name, dns, changes };
-            }
-            let span = format!("{{{}..{}}}", first.index, last.index);
-            let stem = name.strip_suffix(&first.index.to_string()).unwrap_or(&name);
-            let dns = dns.replacen(&name, &format!("{stem}{span}"), 1);
-            PodGroup { label: format!("{stem}{span}"), dns, changes }
+
+    /// Whether `pod` belongs in this row: same task, same changes.
+    fn takes(&self, pod: &RenderedPod) -> bool {
+        let c = &pod.changes;
+        pod.task == self.task
+            && c.env == self.changes.env
+            && c.init_containers == self.changes.init_containers
+            && c.volumes == self.changes.volumes
+            && c.ports == self.changes.ports
+            && c.commands == self.changes.commands
+            && c.annotations == self.changes.annotations
+    }
+
+    fn span(&self) -> Option<(String, &str)> {
+        (self.last != self.first).then(|| {
+            let span = format!("{{{}..{}}}", self.first, self.last);
+            let stem = self.name.strip_suffix(&self.first.to_string()).unwrap_or(&self.name);
+            (span, stem)
         })
-        .collect()
+    }
+
+    fn label(&self) -> String {
+        self.span().map_or_else(|| self.name.clone(), |(span, stem)| format!("{stem}{span}"))
+    }
+
+    fn dns(&self) -> String {
+        self.span()
+            .map_or_else(|| self.dns.clone(), |(span, stem)| self.dns.replacen(&self.name, &format!("{stem}{span}"), 1))
+    }
 }

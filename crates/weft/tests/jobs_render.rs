@@ -87,3 +87,64 @@ fn a_job_volcano_would_deny_exits_2_with_volcanos_reason() {
     assert_eq!(code, 2, "{out}");
     assert!(err.contains("duplicated task name worker;"), "{err}");
 }
+
+/// What `weft jobs render` printed when it held every pod at once: `to_string_pretty` of the whole
+/// render (one job: the object; more: a list), and the YAML documents (job, pods, objects).
+fn printed_whole(files: &[String]) -> (String, String) {
+    use weft_jobs::admission::AdmissionOptions;
+    use weft_jobs::render::{PlaceholderKeys, render};
+    let renders: Vec<_> = files
+        .iter()
+        .map(|f| {
+            let job: Value = serde_saphyr::from_str(&std::fs::read_to_string(f).expect("read")).expect("YAML");
+            render(&job, &AdmissionOptions::default(), &PlaceholderKeys).expect("renders")
+        })
+        .collect();
+    let json = if let [one] = renders.as_slice() { serde_json::to_value(one) } else { serde_json::to_value(&renders) };
+    let json = serde_json::to_string_pretty(&json.expect("value")).expect("json") + "\n";
+    let mut yaml = String::new();
+    for r in &renders {
+        let mut docs = vec![r.job.clone()];
+        for p in &r.pods {
+            let mut v = serde_json::to_value(&p.pod).expect("pod");
+            v["apiVersion"] = "v1".into();
+            v["kind"] = "Pod".into();
+            docs.push(v);
+        }
+        docs.extend(r.objects.iter().map(|o| o.object.clone()));
+        for d in &docs {
+            yaml.push_str("---\n");
+            yaml.push_str(&serde_saphyr::to_string(d).expect("yaml"));
+        }
+    }
+    (json, yaml)
+}
+
+fn stdout_of(file: &str, output: &str) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["jobs", "render", file, "-o", output])
+        .env_remove("WEFT_WAIT_IMAGE")
+        .output()
+        .expect("weft runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+#[test]
+fn output_written_a_pod_at_a_time_is_what_the_whole_render_printed() {
+    for name in ["mpi.yaml", "mxnet.yaml", "pytorch.yaml", "ray.yaml", "tensorflow.yaml"] {
+        let file = example(name);
+        let (json, yaml) = printed_whole(std::slice::from_ref(&file));
+        assert_eq!(stdout_of(&file, "json"), json, "{name}");
+        assert_eq!(stdout_of(&file, "yaml"), yaml, "{name}");
+    }
+    // Two jobs in one file: JSON is a list of them.
+    let dir = tempfile::tempdir().expect("tmp");
+    let both = dir.path().join("both.yaml");
+    let text = |n: &str| std::fs::read_to_string(example(n)).expect("example");
+    std::fs::write(&both, format!("{}\n---\n{}", text("mpi.yaml"), text("ray.yaml"))).expect("write");
+    let (json, yaml) = printed_whole(&[example("mpi.yaml"), example("ray.yaml")]);
+    let both = both.to_str().expect("utf-8");
+    assert_eq!(stdout_of(both, "json"), json);
+    assert_eq!(stdout_of(both, "yaml"), yaml);
+}

@@ -353,7 +353,7 @@ impl WebhookState {
         if !matches!(request.operation, Operation::Create | Operation::Update) {
             return Decision::allow();
         }
-        let read = |v: &Value| serde_json::from_value::<Job>(v.clone());
+        let read = |v: &Value| weft_jobs::job::from_value(v.clone());
         let Some(object) = &request.object else {
             return Decision::deny(Denial::bad_request("the request has no object"));
         };

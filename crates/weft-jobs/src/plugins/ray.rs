@@ -10,8 +10,9 @@
 //!   --dashboard-port=<dashboard> --ray-client-server-port=<client>"`.
 //! - In worker pods, the container named `--workerContainer` gets the command
 //!   `sh -c "ray start --block --address=<head replica 0 domain name>:<gcs>"`.
-//! - Without a head task every pod of the job fails to be created. In [`Flavor::Volcano`],
-//!   [`build`] returns that as an error (the pipeline shows it as a warning).
+//! - Without a head task every pod of the job fails to be created (`OnPodCreate` errs), but
+//!   `OnJobAdd` has already created `<job>-head-svc`, selecting no pod. In [`Flavor::Volcano`],
+//!   [`build`] gives a plugin with that Service, no pod changes and the failure as a warning.
 //!
 //! weft ([`Flavor::Weft`]) adds a `weft wait-for` init container on worker pods that waits for the
 //! head's GCS port (`--wait`, `--wait-timeout`), and checks the job: the head task exists with one
@@ -76,22 +77,27 @@ pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
     let [(_, gcs), (_, dashboard), (_, client)] = ports;
     let invalid = |message: String| PluginError::Invalid { plugin: NAME, message };
 
-    let Some(head_task) = job.task(&head) else {
-        if weft {
-            return Err(PluginError::missing_task(NAME, "head", &head, job));
-        }
-        return Err(invalid(format!(
-            "flag -head names task {head:?}, which the job does not have; Volcano's ray plugin fails every pod of \
-             the job: \"job {} doesn't have head task {head}\"",
-            job.job_name()
-        )));
-    };
-
     if !weft {
         for (flag, port) in ports {
             warnings.extend(volcano_port_warning(NAME, flag, port, CONTAINER_PORT_REJECTED));
         }
     }
+    let Some(head_task) = job.task(&head) else {
+        if weft {
+            return Err(PluginError::missing_task(NAME, "head", &head, job));
+        }
+        // Volcano's OnJobAdd creates the head Service without looking for the task; only
+        // OnPodCreate checks it, and fails every pod.
+        let service = head_service(job, &head, gcs, dashboard, client);
+        warnings.push(format!(
+            "plugin {NAME}: flag -head names task {head:?}, which the job does not have; Volcano's ray plugin fails every \
+             pod of the job: \"job {} doesn't have head task {head}\" (it still creates Service {}, which selects no pod)",
+            job.job_name(),
+            service.metadata.name.as_deref().unwrap_or_default()
+        ));
+        return Ok(Box::new(Headless { service, warnings }));
+    };
+
     let mut wait = None;
     if weft {
         for (flag, port) in ports {
@@ -188,6 +194,32 @@ fn head_service(job: &Job, head: &str, gcs: i64, dashboard: i64, client: i64) ->
             ..Default::default()
         }),
         status: None,
+    }
+}
+
+/// Volcano's ray plugin on a job without its head task: the head Service and nothing on the pods
+/// (Volcano creates none of them).
+#[derive(Debug)]
+struct Headless {
+    service: Service,
+    warnings: Vec<String>,
+}
+
+impl JobPlugin for Headless {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn on_pod_create(&self, _pod: &mut Pod) -> Result<(), PluginError> {
+        Ok(())
+    }
+
+    fn job_objects(&self, _ctx: &ObjectContext<'_>) -> Result<Vec<JobObject>, PluginError> {
+        Ok(vec![JobObject::Service(self.service.clone())])
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        self.warnings.clone()
     }
 }
 

@@ -81,6 +81,131 @@ pub fn hosts_data(job: &Job) -> BTreeMap<String, String> {
     data
 }
 
+/// Bytes of the `<job>-svc` ConfigMap's data as Kubernetes counts them against its 1 MiB limit
+/// (the sum of the values): every task's hosts twice (`<K>.host`, `VC_<K>_HOSTS`) and its count.
+/// Computed without building the lists.
+pub fn hosts_data_bytes(job: &Job) -> usize {
+    let name = job.job_name();
+    job.spec
+        .tasks
+        .iter()
+        .map(|task| {
+            let n = task_host_count(task);
+            let hosts: usize =
+                (0..n).map(|i| naming::domain_name(name, task, i).len()).sum::<usize>() + n.saturating_sub(1);
+            2 * hosts + n.to_string().len()
+        })
+        .sum()
+}
+
+/// How many hosts [`task_hosts`] lists for `task`.
+fn task_host_count(task: &crate::job::TaskSpec) -> usize {
+    let n = naming::replicas(task);
+    if naming::template_sets_hostname(task) { n.min(1) } else { n }
+}
+
+/// Most bytes the host env references svc adds to one pod may take, as JSON, summed over the
+/// pod's containers and init containers. Each reference names a ConfigMap key (one
+/// `VC_<TASK>_HOSTS` and one `VC_<TASK>_NUM` per task), so a job of many tasks makes every pod
+/// large: 10,000 tasks put 20,000 references (1.9 MB) on every container. weft's svc refuses a
+/// job beyond this; for Volcano's svc it is a warning. See `docs/jobs.md` ("Size limits").
+pub const MAX_POD_HOSTS_ENV_BYTES: usize = 256 << 10;
+
+/// Linux's limit on one environment string, `NAME=value` and its NUL (`MAX_ARG_STRLEN`, 32 pages
+/// of 4 KiB): execve fails with E2BIG ("argument list too long") beyond it, so a container whose
+/// `VC_<TASK>_HOSTS` resolves to more cannot start.
+pub const MAX_ENV_STRING_BYTES: usize = 128 << 10;
+
+/// What svc's host env makes of one job's pods, for the size limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostsEnvSize {
+    /// The task whose pods carry the most reference bytes.
+    pub largest_pod_task: String,
+    /// Its containers and init containers (each gets every reference).
+    pub largest_pod_containers: usize,
+    /// References in one container (two per task).
+    pub references: usize,
+    /// JSON bytes of the references on a pod of [`Self::largest_pod_task`].
+    pub largest_pod_bytes: usize,
+    /// The longest `VC_<TASK>_HOSTS=<hosts>` string as a container's environment holds it (with
+    /// its NUL), and the variable's name.
+    pub longest_string: (String, usize),
+}
+
+/// Measures svc's host env for `job` (references named after the ConfigMap `cm_name`).
+pub fn hosts_env_size(job: &Job, cm_name: &str) -> HostsEnvSize {
+    let reference_bytes = |name: String| {
+        let entry = EnvVar {
+            value_from: Some(EnvVarSource {
+                config_map_key_ref: Some(ConfigMapKeySelector {
+                    name: cm_name.to_owned(),
+                    key: name.clone(),
+                    optional: None,
+                }),
+                ..Default::default()
+            }),
+            name,
+            value: None,
+        };
+        // One entry and the comma that separates it from the next.
+        serde_json::to_vec(&entry).map_or(0, |v| v.len() + 1)
+    };
+    let tasks = &job.spec.tasks;
+    let per_container: usize =
+        tasks.iter().map(|t| reference_bytes(hosts_env_name(&t.name)) + reference_bytes(num_env_name(&t.name))).sum();
+    let containers = |t: &crate::job::TaskSpec| {
+        t.template.spec.as_ref().map_or(0, |s| s.containers.len() + s.init_containers.as_ref().map_or(0, Vec::len))
+    };
+    let largest = tasks.iter().max_by_key(|t| containers(t));
+    let longest_string = tasks
+        .iter()
+        .map(|t| {
+            let n = task_host_count(t);
+            let hosts: usize =
+                (0..n).map(|i| naming::domain_name(job.job_name(), t, i).len()).sum::<usize>() + n.saturating_sub(1);
+            let name = hosts_env_name(&t.name);
+            let bytes = name.len() + 1 + hosts + 1;
+            (name, bytes)
+        })
+        .max_by_key(|(_, bytes)| *bytes)
+        .unwrap_or_default();
+    HostsEnvSize {
+        largest_pod_task: largest.map(|t| t.name.clone()).unwrap_or_default(),
+        largest_pod_containers: largest.map_or(0, containers),
+        references: 2 * tasks.len(),
+        largest_pod_bytes: per_container * largest.map_or(0, containers),
+        longest_string,
+    }
+}
+
+/// What is wrong with the host env svc would add to `job`'s pods: each problem in words, naming
+/// the job, the size and the limit.
+fn hosts_env_problems(job: &Job, cm_name: &str) -> Vec<String> {
+    let size = hosts_env_size(job, cm_name);
+    let job_ref = format!("{}/{}", job.job_namespace(), job.job_name());
+    let mut out = Vec::new();
+    if size.largest_pod_bytes > MAX_POD_HOSTS_ENV_BYTES {
+        out.push(format!(
+            "job {job_ref}: every container would carry {} host env references (VC_<task>_HOSTS and VC_<task>_NUM for \
+             each of the job's {} tasks), {} bytes on a pod of task {:?} ({} containers); at most {MAX_POD_HOSTS_ENV_BYTES} \
+             bytes per pod",
+            size.references,
+            size.references / 2,
+            size.largest_pod_bytes,
+            size.largest_pod_task,
+            size.largest_pod_containers,
+        ));
+    }
+    let (name, bytes) = &size.longest_string;
+    if *bytes > MAX_ENV_STRING_BYTES {
+        out.push(format!(
+            "job {job_ref}: {name} holds {bytes} bytes in a container's environment; Linux starts no process with an \
+             environment string over {MAX_ENV_STRING_BYTES} (E2BIG, argument list too long), so the containers could not start"
+        ));
+    }
+    out
+}
+
 /// Builds the plugin for one job.
 pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
     let (flags, mut warnings) = super::common::parse_args(NAME, FLAGS, &[], &input)?;
@@ -95,6 +220,26 @@ pub fn build(input: BuildInput<'_>) -> Result<Box<dyn JobPlugin>, PluginError> {
         ));
     }
 
+    if flags.bool("inject-hosts-env") {
+        let problems = hosts_env_problems(job, &cm_name);
+        let remedy = format!(
+            "-inject-hosts-env=false leaves the variables out (the host lists stay in {MOUNT_PATH}/<task>.host and \
+             ConfigMap {cm_name}), or use fewer tasks"
+        );
+        if !problems.is_empty() {
+            if input.flavor == Flavor::Weft {
+                return Err(PluginError::Invalid {
+                    plugin: NAME,
+                    message: format!("{}: {remedy}", problems.join("; ")),
+                });
+            }
+            warnings.extend(problems.into_iter().map(|p| {
+                format!(
+                    "plugin {NAME}: {p} (Volcano's svc adds them all the same; weft's refuses such a job): {remedy}"
+                )
+            }));
+        }
+    }
     let host_env = if flags.bool("inject-hosts-env") {
         job.spec
             .tasks
@@ -280,6 +425,37 @@ mod tests {
         assert_eq!(host_file_key("mpi-worker"), "mpi_worker.host");
         assert_eq!(hosts_env_name("mpi-worker"), "VC_MPI_WORKER_HOSTS");
         assert_eq!(num_env_name("ps"), "VC_PS_NUM");
+    }
+
+    #[test]
+    fn the_config_map_size_is_the_sum_of_its_values() {
+        let mut fixed = task("fixed", 3);
+        fixed.template.spec.as_mut().expect("spec").hostname = Some("h".into());
+        for tasks in [vec![], vec![task("w", 0)], vec![task("ps", 1), task("mpi-worker", 12), fixed]] {
+            let j = job(tasks);
+            let sum: usize = hosts_data(&j).values().map(String::len).sum();
+            assert_eq!(hosts_data_bytes(&j), sum);
+        }
+    }
+
+    #[test]
+    fn the_reference_bytes_are_those_of_the_pod() {
+        let mut j = job((0..5).map(|i| task(&format!("t{i}"), 1)).collect());
+        j.spec.tasks[2].template.spec.as_mut().expect("spec").init_containers =
+            Some(vec![Container { name: "init".into(), ..Default::default() }]);
+        let size = hosts_env_size(&j, "j-svc");
+        assert_eq!((size.largest_pod_task.as_str(), size.largest_pod_containers, size.references), ("t2", 2, 10));
+        let p = built(&j, &[], Flavor::Weft).expect("builds");
+        let mut pod = naming::volcano_pod(&j, &j.spec.tasks[2], 0);
+        p.on_pod_create(&mut pod).expect("mutates");
+        let spec = pod.spec.expect("spec");
+        let env_bytes: usize = spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+            .map(|c| serde_json::to_vec(c.env.as_ref().expect("env")).expect("json").len() - 1)
+            .sum();
+        assert_eq!(size.largest_pod_bytes, env_bytes, "each list's brackets stand in for its last comma");
     }
 
     #[test]
