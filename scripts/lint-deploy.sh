@@ -232,7 +232,7 @@ HELM_TARGETS=(
   "helm:everything@gpu-infra|-|gpu-infra|{namespace: {create: true}, logLevel: debug,
     image: {digest: sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef},
     imagePullSecrets: [{name: registry}], controller: {extraArgs: [--lease-duration=15], dranetProfileProvider: {enabled: true}},
-    extender: {pathPrefix: /weft, logLevel: info, extraArgs: [--request-timeout-ms=2000], certManager: {enabled: true}},
+    extender: {pathPrefix: /weft, logLevel: info, extraArgs: [--request-timeout=2s], certManager: {enabled: true}},
     agent: {nodeSelector: {nvidia.com/gpu.present: \"true\"}, gpuPlugin: {enabled: true, resourceName: weft.io/gpu,
       deviceListStrategy: cdi}, nvidiaRuntime: {enabled: true}, sriov: {enabled: true, cniBinDir: /home/kubernetes/bin}},
     webhook: {enabled: true, schedulerName: volcano, certManager: {enabled: true}},
@@ -851,8 +851,16 @@ def check_scheduler_config(services, deployments):
             err(where, "ignoredByScheduler must stay false (weft relies on the scheduler's GPU counting)")
         t = re.fullmatch(r"(\d+)(ms|s|m)", str(e.get("httpTimeout", "5s")))
         ms = int(t.group(1)) * {"ms": 1, "s": 1000, "m": 60000}[t.group(2)] if t else None
-        own = re.search(r"--request-timeout-ms[= ](\d+)", args)
-        if ms is None or ms <= int(own.group(1) if own else 3000):
+        # --request-timeout takes a duration (`2s`, `1500ms`, bare seconds); --request-timeout-ms is
+        # its old spelling, in milliseconds.
+        own_ms = 3000
+        own = re.search(r"--request-timeout[= ](\d+)(ms|s|m)?(?:\s|$)", args)
+        if own:
+            own_ms = int(own.group(1)) * {"ms": 1, "s": 1000, "m": 60000, None: 1000}[own.group(2)]
+        old = re.search(r"--request-timeout-ms[= ](\d+)", args)
+        if old:
+            own_ms = int(old.group(1))
+        if ms is None or ms <= own_ms:
             err(where, f"httpTimeout {e.get('httpTimeout')!r} must exceed the extender's request timeout")
     check_scheduler_config_docs(cfg, e)
 

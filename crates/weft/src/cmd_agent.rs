@@ -73,16 +73,17 @@ enum RuntimeArg {
 
 #[derive(Args, Debug)]
 pub struct AgentArgs {
-    /// This node's name (the DaemonSet sets NODE_NAME from `spec.nodeName`).
-    #[arg(long, env = "NODE_NAME")]
+    /// This node's name (the DaemonSet sets NODE_NAME from `spec.nodeName`). `--node-name` is an
+    /// old spelling of it.
+    #[arg(long, env = "NODE_NAME", alias = "node-name", value_name = "NAME")]
     node: String,
     /// Publish this topology file instead of discovering (for nodes NVML cannot describe). Also the
     /// GPU NUMA map of the resource manager.
     #[arg(long, value_name = "FILE")]
     topology: Option<PathBuf>,
-    /// Re-discover and re-publish this often, seconds.
-    #[arg(long, default_value_t = 300, value_name = "SECONDS")]
-    interval: u64,
+    /// Re-discover and re-publish this often (`5m`, `300s`, or whole seconds).
+    #[arg(long, default_value = "5m", value_name = "DURATION", value_parser = crate::duration_arg::at_least_1s)]
+    interval: Duration,
     /// Keep the node's `weft.io/gpu-topology` annotation current (needs the API server).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     publish_topology: bool,
@@ -129,9 +130,9 @@ pub struct GpuPluginArgs {
     /// The kubelet's PodResources socket (what each container really got).
     #[arg(long, default_value = weft_deviceplugin::podresources::DEFAULT_SOCKET, value_name = "PATH")]
     pod_resources_socket: PathBuf,
-    /// Write back `weft.io/gpu-ids` at least this often, seconds (and after every allocation).
-    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
-    gpu_write_back_period: u64,
+    /// Write back `weft.io/gpu-ids` at least this often (and after every allocation).
+    #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = crate::duration_arg::at_least_1s)]
+    gpu_write_back_period: Duration,
 }
 
 /// The node's SR-IOV physnets (docs/sriov.md): which PFs' VFs serve which physnet. With them, the
@@ -155,13 +156,13 @@ pub struct SriovArgs {
     /// decision and writing back `weft.io/vf-ids` (docs/sriov.md).
     #[arg(long)]
     sriov_plugin: bool,
-    /// Re-read the VFs' PF links (health) this often, seconds.
-    #[arg(long, default_value_t = 10, value_name = "SECONDS")]
-    sriov_health_period: u64,
-    /// Write back `weft.io/vf-ids` at least this often, seconds (and after every allocation), and
-    /// publish the pods' VIF records from weft-cni's attachments this often.
-    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
-    sriov_write_back_period: u64,
+    /// Re-read the VFs' PF links (health) this often.
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = crate::duration_arg::at_least_1s)]
+    sriov_health_period: Duration,
+    /// Write back `weft.io/vf-ids` at least this often (and after every allocation), and publish
+    /// the pods' VIF records from weft-cni's attachments this often.
+    #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = crate::duration_arg::at_least_1s)]
+    sriov_write_back_period: Duration,
     /// weft-cni's `cacheDir` on the host: its attachments become the pods' `weft.io/vifs` and
     /// network-status (with --sriov-plugin).
     #[arg(long, default_value = weft_cni::conf::DEFAULT_CACHE_DIR, value_name = "DIR")]
@@ -251,9 +252,6 @@ fn sriov_plugins(
     physnets: &PhysnetConfig,
     topology: Option<&NodeTopology>,
 ) -> anyhow::Result<Vec<Arc<SriovPlugin>>> {
-    if a.sriov.sriov_health_period == 0 || a.sriov.sriov_write_back_period == 0 {
-        anyhow::bail!("--sriov-health-period and --sriov-write-back-period must be at least 1 second");
-    }
     let root = SysfsRoot::new(a.discover.root());
     let mut notes = Vec::new();
     let inventory = read_sriov(&root, &mut notes);
@@ -310,10 +308,16 @@ impl NodePods for KubeletPods {
 /// The resource manager's settings.
 #[derive(Args, Debug)]
 pub struct OrmArgs {
-    /// Resource manager: off, nri, bypass or auto (NRI when the socket answers, else bypass until
-    /// it does).
+    /// Resource manager: off (placement only: no CPU or memory enforcement), nri, bypass or auto
+    /// (NRI when the socket answers, else bypass until it does). CPU management is opt-in: on nodes
+    /// whose kubelet runs the static CPU manager keep it off (two managers fight over cpusets).
     #[arg(long, value_enum, default_value = "off")]
     mode: ModeArg,
+    /// With --mode nri, bypass or auto: run the resource manager only if this node's Node carries
+    /// the label KEY=VALUE (read at start: restart the agent after changing it); other nodes get
+    /// placement only, as with --mode off. The DaemonSet uses `weft.io/cpu-management=enabled`.
+    #[arg(long, value_name = "KEY=VALUE")]
+    cpu_management_label: Option<crate::cpu_gate::LabelGate>,
     /// Topology Manager policy: none, best-effort, restricted or single-numa-node.
     #[arg(long, default_value = "best-effort", value_name = "POLICY")]
     topology_policy: TopologyPolicy,
@@ -372,9 +376,9 @@ pub struct OrmArgs {
     /// The container runtime (bypass mode's systemd scope names).
     #[arg(long, value_enum, default_value = "containerd")]
     container_runtime: RuntimeArg,
-    /// Reconcile (NRI) or poll (bypass) period, seconds.
-    #[arg(long, default_value_t = 5, value_name = "SECONDS")]
-    reconcile_period: u64,
+    /// Reconcile (NRI) or poll (bypass) period.
+    #[arg(long, default_value = "5s", value_name = "DURATION", value_parser = crate::duration_arg::at_least_1s)]
+    reconcile_period: Duration,
 }
 
 fn kubelet_client(o: &OrmArgs) -> anyhow::Result<KubeletClient> {
@@ -390,9 +394,6 @@ fn kubelet_client(o: &OrmArgs) -> anyhow::Result<KubeletClient> {
 
 /// The GPU plugin over this node's topology, the kubelet's pod list and PodResources.
 fn gpu_plugin(a: &AgentArgs, topology: &NodeTopology) -> anyhow::Result<Arc<GpuPlugin>> {
-    if a.gpu.gpu_write_back_period == 0 {
-        anyhow::bail!("--gpu-write-back-period must be at least 1 second");
-    }
     let inventory = GpuInventory::new(topology).map_err(|e| anyhow::anyhow!("the GPU plugin: {e}"))?;
     let cfg = GpuPluginConfig {
         resource: a.gpu.gpu_resource.clone(),
@@ -412,9 +413,6 @@ fn service_config(a: &AgentArgs, topology: Option<NodeTopology>) -> anyhow::Resu
         ModeArg::Bypass => Mode::Bypass,
         ModeArg::Auto => Mode::Auto,
     };
-    if o.reconcile_period == 0 {
-        anyhow::bail!("--reconcile-period must be at least 1 second");
-    }
     let sysfs = SysfsRoot::new(a.discover.root());
     let layout = read_cpu_layout(&sysfs).context("reading this node's CPU layout")?;
     let topology = topology.unwrap_or_else(|| uniform_node("", 0, PairLink::default()));
@@ -462,14 +460,21 @@ fn service_config(a: &AgentArgs, topology: Option<NodeTopology>) -> anyhow::Resu
         kubelet,
         cgroups,
         cgroup_layout: CgroupLayout::new(driver, runtime),
-        period: Duration::from_secs(o.reconcile_period),
+        period: o.reconcile_period,
         ready: Arc::new(tokio::sync::watch::Sender::new(false)),
     })
 }
 
-pub fn run(a: AgentArgs) -> anyhow::Result<()> {
-    if a.interval == 0 {
-        anyhow::bail!("--interval must be at least 1 second");
+pub fn run(mut a: AgentArgs) -> anyhow::Result<()> {
+    // CPU management only on the nodes labelled for it (crate::cpu_gate).
+    if let Some(gate) = a.orm.cpu_management_label.clone().filter(|_| a.orm.mode != ModeArg::Off)
+        && !gate.admits(&crate::cpu_gate::node_labels(&a.kube, &a.node)?)
+    {
+        note(format_args!(
+            "weft agent on node {}: placement only (no CPU management): the node lacks the label {gate}",
+            a.node
+        ));
+        a.orm.mode = ModeArg::Off;
     }
     if !a.publish_topology
         && a.orm.mode == ModeArg::Off
@@ -563,7 +568,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
                 tracing::warn!(error = %e, "no NVML health events: GPUs stay healthy");
             }
             let annotator = Arc::new(KubeAnnotator::new(client, a.field_manager.clone()));
-            let period = Duration::from_secs(a.gpu.gpu_write_back_period);
+            let period = a.gpu.gpu_write_back_period;
             tasks.push(tokio::spawn(
                 weft_gpu_plugin::writeback::run(plugin.clone(), annotator, period, c.shutdown.clone()).map(Ok),
             ));
@@ -595,11 +600,11 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
                 }));
             }
             let root = SysfsRoot::new(a.discover.root());
-            let health = Duration::from_secs(a.sriov.sriov_health_period);
+            let health = a.sriov.sriov_health_period;
             tasks.push(tokio::spawn(
                 weft_sriov_plugin::health::watch_health(sriov.clone(), root, health, c.shutdown.clone()).map(Ok),
             ));
-            let period = Duration::from_secs(a.sriov.sriov_write_back_period);
+            let period = a.sriov.sriov_write_back_period;
             let pods: Arc<dyn NodePods> = Arc::new(KubeletPods(Arc::new(kubelet_client(&a.orm)?)));
             let writer = Arc::new(KubeVifWriter::new(client.clone(), a.field_manager.clone()));
             let state = StateDir::new(&a.sriov.cni_cache_dir);
@@ -695,14 +700,14 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
             let cfg = PublisherConfig {
                 node: a.node.clone(),
                 field_manager: a.field_manager.clone(),
-                interval: Duration::from_secs(a.interval),
+                interval: a.interval,
                 retry: RetryPolicy::default(),
             };
             note(format_args!(
-                "weft agent on node {}: publishing {} every {} s",
+                "weft agent on node {}: publishing {} every {}",
                 a.node,
                 weft_record::TOPOLOGY_ANNOTATION,
-                a.interval
+                crate::duration_arg::show(a.interval)
             ));
             let sd = c.shutdown.clone();
             tasks.push(tokio::spawn(async move {

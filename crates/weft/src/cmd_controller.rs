@@ -32,10 +32,10 @@ pub struct ControllerArgs {
     /// Controllers to run, comma-separated. All run under the same leader election.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "numanetwork,jobs")]
     controllers: Vec<ControllerKind>,
-    /// Seconds between checks for Volcano's Job API while it is not served (the jobs controller
+    /// Time between checks for Volcano's Job API while it is not served (the jobs controller
     /// waits for it).
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
-    volcano_poll: u64,
+    #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = crate::duration_arg::at_least_1s)]
+    volcano_poll: Duration,
     /// Run only while holding the leader Lease, so that one replica of several acts at a time.
     #[arg(long)]
     leader_elect: bool,
@@ -48,12 +48,12 @@ pub struct ControllerArgs {
     /// This replica's identity in the Lease (default: $POD_NAME, else the host name).
     #[arg(long)]
     leader_identity: Option<String>,
-    /// Lease validity after the last renewal, seconds.
-    #[arg(long, default_value_t = 15)]
-    lease_duration: u64,
-    /// Renew this many seconds before the Lease expires.
-    #[arg(long, default_value_t = 5)]
-    renew_grace: u64,
+    /// Lease validity after the last renewal (whole seconds: the Lease stores seconds).
+    #[arg(long, default_value = "15s", value_name = "DURATION", value_parser = crate::duration_arg::whole_seconds)]
+    lease_duration: Duration,
+    /// Renew this long before the Lease expires (whole seconds).
+    #[arg(long, default_value = "5s", value_name = "DURATION", value_parser = crate::duration_arg::whole_seconds)]
+    renew_grace: Duration,
     /// Reconciles running at once, per controller.
     #[arg(long, default_value_t = 4)]
     concurrency: u16,
@@ -87,12 +87,12 @@ pub struct DnsArgs {
     /// etcd path the records live under (CoreDNS's `path`).
     #[arg(long, default_value = "/skydns")]
     dns_prefix: String,
-    /// `ttl` of each record, seconds.
-    #[arg(long, default_value_t = 10)]
-    dns_ttl: u32,
-    /// TTL of the registrar's etcd lease, seconds: how long a dead registrar's records stay.
-    #[arg(long, default_value_t = 30)]
-    dns_lease_ttl: u64,
+    /// `ttl` of each record (whole seconds: the record stores seconds).
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = crate::duration_arg::whole_seconds)]
+    dns_ttl: Duration,
+    /// TTL of the registrar's etcd lease (whole seconds): how long a dead registrar's records stay.
+    #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = crate::duration_arg::whole_seconds)]
+    dns_lease_ttl: Duration,
     /// Zone of the vertex domains (must match `weft webhook`'s).
     #[arg(long, default_value = weft_pipeline::DEFAULT_ZONE)]
     dns_zone: String,
@@ -113,8 +113,8 @@ impl DnsArgs {
         weft_dns::DnsSettings {
             endpoints: self.dns_etcd_endpoints.clone(),
             prefix: self.dns_prefix.clone(),
-            ttl: self.dns_ttl,
-            lease_ttl: Duration::from_secs(self.dns_lease_ttl),
+            ttl: u32::try_from(self.dns_ttl.as_secs()).unwrap_or(u32::MAX),
+            lease_ttl: self.dns_lease_ttl,
             zone: self.dns_zone.clone(),
             drivers: self.dns_drivers.clone(),
             registrar_id: self.dns_registrar_id.clone(),
@@ -128,8 +128,8 @@ pub fn run(a: ControllerArgs) -> anyhow::Result<()> {
     let instance = a.leader_identity.clone().or_else(instance_name);
     let leader_cfg = a.leader_elect.then(|| {
         let mut c = LeaderConfig::new(&a.lease_name, &a.lease_namespace, instance.as_deref().unwrap_or_default());
-        c.lease_duration = Duration::from_secs(a.lease_duration);
-        c.renew_grace = Duration::from_secs(a.renew_grace);
+        c.lease_duration = a.lease_duration;
+        c.renew_grace = a.renew_grace;
         c
     });
     component::run("controller", &a.ops, |c| async move {
@@ -140,8 +140,7 @@ pub fn run(a: ControllerArgs) -> anyhow::Result<()> {
         let ctx = Context::new(client.clone(), "weft-controller", instance.clone(), &a.field_manager, metrics);
         let settings = |name| Settings { concurrency: a.concurrency, ..Settings::new(name) };
         let (nn_settings, job_settings) = (settings(numanetwork_controller::NAME), settings(job_controller::NAME));
-        let mut job_config =
-            JobControllerConfig { api_poll: Duration::from_secs(a.volcano_poll), ..JobControllerConfig::default() };
+        let mut job_config = JobControllerConfig { api_poll: a.volcano_poll, ..JobControllerConfig::default() };
         job_config.build.max_job_replicas = a.max_job_replicas;
         let (run_nn, run_jobs) =
             (a.controllers.contains(&ControllerKind::Numanetwork), a.controllers.contains(&ControllerKind::Jobs));

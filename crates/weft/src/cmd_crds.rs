@@ -27,7 +27,8 @@ pub struct CrdsArgs {
     #[arg(long, short, value_enum, default_value_t)]
     output: CrdFormat,
     /// Compare FILE with the generated output instead of printing it; fail, naming the first line
-    /// that differs, if FILE is out of date.
+    /// that differs, if FILE is out of date. Without CRD names, FILE is compared with the CRDs it
+    /// holds (`weft crds --check deploy/base/crds/<name>.yaml` checks that one CRD).
     #[arg(long, value_name = "FILE", conflicts_with = "write")]
     check: Option<PathBuf>,
     /// Write the generated output to FILE instead of stdout.
@@ -35,12 +36,20 @@ pub struct CrdsArgs {
     write: Option<PathBuf>,
 }
 
-pub fn run(a: CrdsArgs) -> anyhow::Result<()> {
+pub fn run(mut a: CrdsArgs) -> anyhow::Result<()> {
+    let on_disk = match &a.check {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("reading {} to compare it with the generated CRDs", path.display()))?,
+        ),
+        None => None,
+    };
+    if let (Some(text), true) = (&on_disk, a.names.is_empty()) {
+        a.names = names_in(text);
+    }
     let crds = select(&a.names)?;
     let text = render(&crds, a.output)?;
-    if let Some(path) = &a.check {
-        let on_disk = std::fs::read_to_string(path)
-            .with_context(|| format!("reading {} to compare it with the generated CRDs", path.display()))?;
+    if let (Some(path), Some(on_disk)) = (&a.check, on_disk) {
         if let Some(diff) = first_difference(&on_disk, &text) {
             anyhow::bail!(
                 "{} is out of date with the CRD types in crates/weft-crds/src/: {diff}\nregenerate it with: {}",
@@ -56,6 +65,24 @@ pub fn run(a: CrdsArgs) -> anyhow::Result<()> {
         out!("{text}")?;
     }
     Ok(())
+}
+
+/// The names of the weft CRDs a committed file holds (`metadata.name` of each YAML document, or of
+/// each item of a JSON List), so that `--check FILE` compares FILE with those CRDs only. Empty, and
+/// so every CRD, when it holds none that weft defines or is not YAML: the comparison then shows
+/// where it differs.
+fn names_in(text: &str) -> Vec<String> {
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(text).unwrap_or_default();
+    let items = docs.iter().flat_map(|d| match d["items"].as_array() {
+        Some(items) if d["kind"] == "List" => items.iter().collect::<Vec<_>>(),
+        _ => vec![d],
+    });
+    let all = crd::all();
+    items
+        .filter_map(|d| d["metadata"]["name"].as_str())
+        .filter(|n| all.iter().any(|c| crd::crd_name(c) == *n))
+        .map(String::from)
+        .collect()
 }
 
 /// The CRDs named by `names` (each by any of its names), in `crd::all()` order; all when empty.

@@ -39,16 +39,20 @@ pub struct ExtenderArgs {
     /// Score (0–10) every node gets for pods that request no GPUs.
     #[arg(long, default_value_t = 5)]
     neutral_score: i64,
-    /// Path prefix of the verbs (`/weft` serves /weft/filter and /weft/prioritize).
+    /// Path prefix of the verbs (`/weft` serves /weft/filter, /weft/prioritize, /weft/bind and
+    /// /weft/volcano/...).
     #[arg(long, default_value = "")]
     path_prefix: String,
     /// Largest request body, bytes.
     #[arg(long, default_value_t = 64 << 20)]
     max_body_bytes: usize,
-    /// Time to read, decide and answer one request, milliseconds (kube-scheduler waits 5 s by default).
-    /// Decisions stop at this deadline too.
-    #[arg(long, default_value_t = 3000)]
-    request_timeout_ms: u64,
+    /// Time to read, decide and answer one request (kube-scheduler waits 5s by default). Decisions
+    /// stop at this deadline too.
+    #[arg(long, default_value = "3s", value_name = "DURATION", value_parser = crate::duration_arg::positive)]
+    request_timeout: Duration,
+    /// The old spelling of --request-timeout, in milliseconds.
+    #[arg(long, hide = true, value_name = "MS", conflicts_with = "request_timeout")]
+    request_timeout_ms: Option<u64>,
     /// Candidate nodes one request may name; larger requests are refused.
     #[arg(long, default_value_t = weft_extender::config::DEFAULT_MAX_NODES_PER_REQUEST)]
     max_nodes_per_request: usize,
@@ -62,10 +66,13 @@ pub struct ExtenderArgs {
     /// Bytes the topology cache may hold (annotation text and prepared topologies).
     #[arg(long, default_value_t = weft_extender::cache::DEFAULT_MAX_BYTES)]
     cache_max_bytes: usize,
-    /// Seconds a GPU decision made by bind counts as used while the watch has not yet shown the
-    /// pod on its node.
-    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
-    reservation_ttl_seconds: u64,
+    /// How long a GPU decision made by bind counts as used while the watch has not yet shown the
+    /// pod on its node (1s to 1h).
+    #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = reservation_ttl)]
+    reservation_ttl: Duration,
+    /// The old spelling of --reservation-ttl, in seconds.
+    #[arg(long, hide = true, value_name = "SECONDS", conflicts_with = "reservation_ttl", value_parser = reservation_ttl)]
+    reservation_ttl_seconds: Option<Duration>,
     /// Serve HTTPS with this certificate chain (PEM, leaf first; reloaded when the file changes).
     /// Set `enableHTTPS: true` and the CA in kube-scheduler's extender `tlsConfig` to match.
     #[arg(long, value_name = "FILE", requires = "tls_key_file")]
@@ -73,9 +80,9 @@ pub struct ExtenderArgs {
     /// Private key of the serving certificate, PEM (PKCS#8, PKCS#1 or SEC1). Reloaded with it.
     #[arg(long, value_name = "FILE", requires = "tls_cert_file")]
     tls_key_file: Option<PathBuf>,
-    /// How often the certificate files are checked for changes, seconds.
-    #[arg(long, default_value_t = 10, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
-    tls_reload_interval: u64,
+    /// How often the certificate files are checked for changes.
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = crate::duration_arg::at_least_1s)]
+    tls_reload_interval: Duration,
     /// Serve without a cluster, to try the extender locally: nodes from this cluster file (the
     /// simulator's SimCluster format, `weft simulate --cluster`; `default` for the embedded default
     /// cluster), named `<type>-<i>` and annotated with their topologies.
@@ -91,6 +98,15 @@ pub struct ExtenderArgs {
     debug_reasons: bool,
 }
 
+/// `--reservation-ttl`: 1s to 1h.
+fn reservation_ttl(s: &str) -> Result<Duration, String> {
+    let d = crate::duration_arg::at_least_1s(s)?;
+    if d > Duration::from_secs(3600) {
+        return Err(format!("{s:?}: at most 1h"));
+    }
+    Ok(d)
+}
+
 pub fn run(a: ExtenderArgs) -> anyhow::Result<()> {
     if !(0..=10).contains(&a.neutral_score) {
         anyhow::bail!("--neutral-score must be between 0 and 10 (MaxExtenderPriority), got {}", a.neutral_score);
@@ -103,12 +119,12 @@ pub fn run(a: ExtenderArgs) -> anyhow::Result<()> {
         neutral_score: a.neutral_score,
         path_prefix: a.path_prefix.clone(),
         max_body_bytes: a.max_body_bytes,
-        request_timeout: Duration::from_millis(a.request_timeout_ms),
+        request_timeout: a.request_timeout_ms.map_or(a.request_timeout, Duration::from_millis),
         max_nodes_per_request: a.max_nodes_per_request,
         max_concurrent_decisions: a.max_concurrent_decisions.map_or(defaults.max_concurrent_decisions, |n| n as usize),
         debug_reasons: a.debug_reasons,
         cache_limits: CacheLimits { max_nodes: a.cache_max_nodes, max_bytes: a.cache_max_bytes },
-        reservation_ttl: Duration::from_secs(a.reservation_ttl_seconds),
+        reservation_ttl: a.reservation_ttl_seconds.unwrap_or(a.reservation_ttl),
     };
     let tls = match (&a.tls_cert_file, &a.tls_key_file) {
         (Some(cert), Some(key)) => {
@@ -135,8 +151,7 @@ pub fn run(a: ExtenderArgs) -> anyhow::Result<()> {
         });
         state.add_readiness_check(&c.ops);
         c.started();
-        let reloader =
-            tls.as_ref().map(|t| t.spawn_reloader(Duration::from_secs(a.tls_reload_interval), c.shutdown.clone()));
+        let reloader = tls.as_ref().map(|t| t.spawn_reloader(a.tls_reload_interval, c.shutdown.clone()));
         let listener =
             tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("listening on {}", a.listen))?;
         let addr = listener.local_addr().unwrap_or(a.listen);

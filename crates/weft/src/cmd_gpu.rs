@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use weft_alloc::{Optimality, Policy, PreparedNode, Request, ScoreConfig, StaticTable, allocate, score_node};
-use weft_topology::read_node_file;
 
 use crate::output::{GpuList, Output, parse_gpu_list, parse_gpu_list_arg, print_json, score_config, table};
 
@@ -21,15 +20,16 @@ pub enum GpuCommand {
     Allocate(AllocateArgs),
     /// Score nodes 0–100 for a pod asking for K GPUs, as the scheduler extender does.
     ///
-    /// Each NODE is a topology file, optionally followed by `@` and the GPUs already in use:
-    /// `dgx1.txt@0,3`. Nodes that cannot fit K GPUs are listed as filtered, with the reason.
+    /// Each NODE is a topology file (or `builtin:NAME`, or `-` for standard input), optionally
+    /// followed by `@` and the GPUs already in use: `dgx1.txt@0,3`, `builtin:dgx-a100@0-3`. Nodes that cannot fit K GPUs are listed as filtered, with the reason.
     Score(ScoreArgs),
 }
 
 #[derive(Args, Debug)]
 pub struct AllocateArgs {
-    /// Node topology: `nvidia-smi topo -m` text or inventory JSON/YAML (detected).
-    #[arg(long, short, value_name = "FILE")]
+    /// Node topology: `nvidia-smi topo -m` text or inventory JSON/YAML (detected); `-` reads
+    /// standard input, `builtin:NAME` is an embedded node type.
+    #[arg(long, short, value_name = "FILE|-|builtin:NAME")]
     topology: PathBuf,
     /// Number of GPUs (at least 1).
     #[arg(long, short = 'k', allow_negative_numbers = true, value_parser = gpu_count)]
@@ -54,7 +54,7 @@ pub struct ScoreArgs {
     /// GPUs the pod asks for (at least 1).
     #[arg(long, short = 'k', allow_negative_numbers = true, value_parser = gpu_count)]
     count: usize,
-    /// Nodes: FILE or FILE@USED-GPUS.
+    /// Nodes: FILE or FILE@USED-GPUS (FILE may be `-` or `builtin:NAME`).
     #[arg(required = true, value_name = "NODE")]
     nodes: Vec<String>,
     /// Weight (0–1) of the remainder-quality term.
@@ -104,7 +104,7 @@ fn parse_policy(s: &str) -> anyhow::Result<Policy> {
 }
 
 fn allocate_cmd(a: AllocateArgs) -> anyhow::Result<()> {
-    let node = read_node_file(&a.topology)?;
+    let node = crate::cmd_topo::read_topology(&a.topology)?;
     let prepared = PreparedNode::new(&node)?;
     let policy = parse_policy(&a.policy)?;
     if let Policy::Static(t) = &policy {
@@ -151,7 +151,7 @@ fn score_cmd(s: ScoreArgs) -> anyhow::Result<()> {
             Some((p, u)) => (p, parse_gpu_list(u).map_err(|e| anyhow::anyhow!("node '{spec}': {e}"))?),
             None => (spec.as_str(), Vec::new()),
         };
-        let node = read_node_file(path.as_ref())?;
+        let node = crate::cmd_topo::read_topology(path.as_ref())?;
         let prepared = PreparedNode::new(&node)?;
         if let Some(bad) = used.iter().find(|&&g| g >= node.gpu_count()) {
             anyhow::bail!("node '{spec}': GPU{bad} is in use but the node has {} GPUs", node.gpu_count());

@@ -35,7 +35,7 @@ pub struct SimulateArgs {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Policies to compare, comma-separated.
-    #[arg(long, value_delimiter = ',', default_values = ["weft", "blind", "least-allocated"])]
+    #[arg(long, value_delimiter = ',', default_value = "weft,blind,least-allocated")]
     policies: Vec<PolicyArg>,
     /// Weight (0–1) of the remainder-quality term in weft's node score.
     #[arg(long, default_value_t = ScoreConfig::default().remainder_weight)]

@@ -30,8 +30,8 @@ pub enum TopoCommand {
 
 #[derive(Args, Debug)]
 pub struct PublishArgs {
-    /// Node to annotate.
-    #[arg(long, env = "NODE_NAME")]
+    /// Node to annotate. `--node-name` is an old spelling of it.
+    #[arg(long, env = "NODE_NAME", alias = "node-name", value_name = "NAME")]
     node: String,
     /// Publish this topology file instead of discovering.
     #[arg(long, value_name = "FILE")]
@@ -62,7 +62,9 @@ pub enum ShowOutput {
 
 #[derive(Args, Debug)]
 pub struct ShowArgs {
-    /// Topology file.
+    /// Topology file; `-` reads standard input; `builtin:NAME` is one of the embedded node types
+    /// (`weft simulate --list-node-types` lists them).
+    #[arg(value_name = "FILE|-|builtin:NAME")]
     file: PathBuf,
     /// Output format.
     #[arg(long, short, value_enum, default_value_t)]
@@ -74,8 +76,9 @@ pub struct DiscoverArgs {
     /// Root of the sys/ and proc/ trees (for containers that mount the host's at another path).
     #[arg(long, default_value = "/", value_name = "DIR")]
     root: PathBuf,
-    /// Node name (default: the host name).
-    #[arg(long)]
+    /// Node name recorded in the topology: `topo discover --node` (default: the host name); the
+    /// agent and `topo publish` name the node with their own `--node`.
+    #[arg(skip)]
     node_name: Option<String>,
     /// Cache of the slow GPU link queries, keyed by GPU UUIDs, driver and boot id. The agent and
     /// `topo publish` use /var/lib/weft/topology.json unless told otherwise; `topo discover`
@@ -95,6 +98,10 @@ pub struct DiscoverArgs {
 
 #[derive(Args, Debug)]
 pub struct DiscoverCmd {
+    /// Node name recorded in the topology (default: the host name). `--node-name` is an old
+    /// spelling of it.
+    #[arg(long, alias = "node-name", value_name = "NAME")]
+    node: Option<String>,
     #[command(flatten)]
     discover: DiscoverArgs,
     /// Output format.
@@ -105,10 +112,11 @@ pub struct DiscoverCmd {
 pub fn run(cmd: TopoCommand) -> anyhow::Result<()> {
     match cmd {
         TopoCommand::Show(a) => {
-            let node = read_node_file(&a.file)?;
+            let node = read_topology(&a.file)?;
             show(&node, a.output)
         }
-        TopoCommand::Discover(a) => {
+        TopoCommand::Discover(mut a) => {
+            a.discover.node_name = a.node.take();
             let found = discover_node(&a.discover, None)?;
             for note in &found.notes {
                 crate::component::note(format_args!("note: {note}"));
@@ -117,6 +125,21 @@ pub fn run(cmd: TopoCommand) -> anyhow::Result<()> {
         }
         TopoCommand::Publish(a) => publish(a),
     }
+}
+
+/// A topology named on the command line: a file, `-` for standard input, or `builtin:NAME` for
+/// one of the embedded node types.
+pub fn read_topology(arg: &std::path::Path) -> anyhow::Result<NodeTopology> {
+    let text = arg.to_str().unwrap_or_default();
+    if text == "-" {
+        let mut input = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut input).context("reading the topology from stdin")?;
+        return Ok(weft_topology::parse_node(&input, "<stdin>")?);
+    }
+    if let Some(name) = text.strip_prefix("builtin:") {
+        return Ok(weft_sim::cluster::builtin_topology(name)?);
+    }
+    Ok(read_node_file(arg)?)
 }
 
 fn publish(a: PublishArgs) -> anyhow::Result<()> {

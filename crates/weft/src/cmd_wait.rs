@@ -20,15 +20,16 @@ use tokio::time::Instant;
 
 #[derive(Args, Debug)]
 pub struct WaitArgs {
-    /// Give up after this many seconds and exit 1 (0 = wait forever).
-    #[arg(long, default_value_t = 600, value_name = "SECS")]
-    timeout: u64,
-    /// Seconds between attempts at the targets not ready yet.
-    #[arg(long, default_value_t = 2, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
-    interval: u64,
-    /// Longest wait for one DNS lookup or one TCP connection, seconds.
-    #[arg(long, default_value_t = 2, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
-    connect_timeout: u64,
+    /// Give up after this long and exit 1 (0 = wait forever). Durations: `10m`, `30s`, or whole
+    /// seconds.
+    #[arg(long, default_value = "10m", value_name = "DURATION", value_parser = crate::duration_arg::duration)]
+    timeout: Duration,
+    /// Time between attempts at the targets not ready yet.
+    #[arg(long, default_value = "2s", value_name = "DURATION", value_parser = crate::duration_arg::positive)]
+    interval: Duration,
+    /// Longest wait for one DNS lookup or one TCP connection.
+    #[arg(long, default_value = "2s", value_name = "DURATION", value_parser = crate::duration_arg::positive)]
+    connect_timeout: Duration,
     /// Targets probed at once.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
     concurrency: u64,
@@ -44,11 +45,11 @@ pub struct WaitArgs {
 pub fn run(a: WaitArgs) -> anyhow::Result<()> {
     let targets = expand_targets(&a.targets)?;
     let config = WaitConfig {
-        timeout: (a.timeout > 0).then(|| Duration::from_secs(a.timeout)),
-        interval: Duration::from_secs(a.interval),
+        timeout: (!a.timeout.is_zero()).then_some(a.timeout),
+        interval: a.interval,
         concurrency: usize::try_from(a.concurrency).unwrap_or(64),
     };
-    let probe = TcpProbe { timeout: Duration::from_secs(a.connect_timeout) };
+    let probe = TcpProbe { timeout: a.connect_timeout };
     let quiet = a.quiet;
     let rt =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the async runtime")?;

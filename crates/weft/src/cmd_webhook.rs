@@ -50,9 +50,9 @@ pub struct WebhookArgs {
     /// equal to the DNS registrar's and CoreDNS's zone.
     #[arg(long, default_value = DEFAULT_ZONE, value_name = "ZONE")]
     vertex_domain_zone: String,
-    /// How often the certificate files are checked for changes, seconds.
-    #[arg(long, default_value_t = 10, value_name = "SECONDS")]
-    tls_reload_interval: u64,
+    /// How often the certificate files are checked for changes.
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = crate::duration_arg::at_least_1s)]
+    tls_reload_interval: Duration,
     /// Serve without a cluster, to try the webhook locally: the Volcano Jobs that own the pods
     /// reviewed are read from this file (YAML or JSON documents, as the API server stores them)
     /// instead of the API server.
@@ -69,9 +69,6 @@ pub struct WebhookArgs {
 }
 
 pub fn run(a: WebhookArgs) -> anyhow::Result<()> {
-    if a.tls_reload_interval == 0 {
-        anyhow::bail!("--tls-reload-interval must be at least 1 second");
-    }
     let opts = AdmissionOptions {
         scheduler_name: a.scheduler_name.clone(),
         build: BuildOptions { wait_image: a.wait_image.clone(), max_job_replicas: a.max_job_replicas },
@@ -98,7 +95,7 @@ pub fn run(a: WebhookArgs) -> anyhow::Result<()> {
         });
         state.add_readiness_check(&c.ops);
         c.started();
-        let reloader = tls.spawn_reloader(Duration::from_secs(a.tls_reload_interval), c.shutdown.clone());
+        let reloader = tls.spawn_reloader(a.tls_reload_interval, c.shutdown.clone());
         let listener =
             tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("listening on {}", a.listen))?;
         note(format_args!(

@@ -15,6 +15,8 @@ mod cmd_topo;
 mod cmd_wait;
 mod cmd_webhook;
 mod component;
+mod cpu_gate;
+mod duration_arg;
 mod kube_args;
 
 use std::io::IsTerminal;
@@ -54,9 +56,15 @@ enum Command {
     /// Allocate GPU sets on a node and score nodes for a pod.
     #[command(subcommand)]
     Gpu(cmd_gpu::GpuCommand),
-    /// Serve kube-scheduler's extender protocol (`/filter`, `/prioritize`) from node topology
-    /// annotations and the pods bound to each node. See docs/scheduler-extender.md for the
-    /// KubeSchedulerConfiguration stanza.
+    /// Serve kube-scheduler's extender verbs (`/filter`, `/prioritize`, `/bind`) and vc-scheduler's
+    /// extender plugin (`/volcano/predicate`, `/volcano/prioritize`, `/volcano/allocate`,
+    /// `/volcano/deallocate`) from node topology annotations and the pods bound to each node.
+    ///
+    /// weft binds the GPU pods it manages, writing their GPU decision (`weft.io/gpu-ids`) with the
+    /// Binding: kube-scheduler's extender stanza needs `filterVerb: filter`, `prioritizeVerb:
+    /// prioritize` and `bindVerb: bind`. Without `bindVerb` kube-scheduler binds the pods itself and
+    /// none gets its GPUs. See docs/scheduler-extender.md for the whole KubeSchedulerConfiguration
+    /// (deploy/base/scheduler-extender/kube-scheduler-config.yaml).
     SchedulerExtender(cmd_extender::ExtenderArgs),
     /// The node agent (DaemonSet): keeps this node's `weft.io/gpu-topology` annotation current
     /// (discovered at start, every --interval, and whenever someone changes the annotation), and

@@ -179,3 +179,139 @@ fn simulate_progress_is_drawn_for_tables_on_a_terminal_only() {
     assert!(out.status.success());
     assert_eq!(stderr(&out), "");
 }
+
+#[test]
+fn scheduler_extender_help_names_every_verb_it_serves_and_bind_verb() {
+    let out = weft(&["scheduler-extender", "--help"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let help = String::from_utf8_lossy(&out.stdout);
+    for verb in ["/filter", "/prioritize", "/bind", "/volcano/predicate", "/volcano/allocate", "bindVerb: bind"] {
+        assert!(help.contains(verb), "`weft scheduler-extender --help` does not mention {verb}:\n{help}");
+    }
+}
+
+fn weft_stdin(args: &[&str], input: &[u8]) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("weft binary runs");
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn topo_show_reads_standard_input_for_a_dash() {
+    let file = topology("dgx1-v100-mlx5-columns.txt");
+    let from_file = weft(&["topo", "show", &file, "-o", "json"]);
+    assert!(from_file.status.success(), "{}", stderr(&from_file));
+    let from_stdin = weft_stdin(&["topo", "show", "-", "-o", "json"], &std::fs::read(&file).unwrap());
+    assert!(from_stdin.status.success(), "{}", stderr(&from_stdin));
+    // The same topology; a file names the node after itself, standard input has no name.
+    let mut from_file: serde_json::Value = serde_json::from_slice(&from_file.stdout).unwrap();
+    from_file.as_object_mut().unwrap().remove("name");
+    assert_eq!(serde_json::from_slice::<serde_json::Value>(&from_stdin.stdout).unwrap(), from_file);
+    // Bad input on stdin is named as such.
+    let bad = weft_stdin(&["topo", "show", "-"], b"GPU0 GPU1\nGPU0 X ??\n");
+    assert!(!bad.status.success());
+    assert!(stderr(&bad).contains("<stdin>"), "{}", stderr(&bad));
+}
+
+#[test]
+fn topo_show_and_gpu_commands_take_an_embedded_node_type() {
+    let out = weft(&["topo", "show", "builtin:dgx-a100"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("node dgx-a100: 8 GPUs"), "{text}");
+    let out = weft(&["gpu", "allocate", "-t", "builtin:dgx-a100", "-k", "2"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = weft(&["gpu", "score", "-k", "2", "builtin:dgx-a100@0-3", "builtin:hgx-h100"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // An unknown name lists the known ones.
+    let out = weft(&["topo", "show", "builtin:dgx-z9"]);
+    assert!(!out.status.success());
+    let e = stderr(&out);
+    assert!(e.contains("dgx-z9") && e.contains("dgx-a100") && e.contains("hgx-h100"), "{e}");
+}
+
+#[test]
+fn list_defaults_are_shown_as_they_must_be_typed() {
+    let out = weft(&["simulate", "--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("[default: weft,blind,least-allocated]"), "{help}");
+    // … and typing the default as shown is accepted.
+    let out = weft(&["simulate", "--pods", "10", "--policies", "weft,blind,least-allocated", "-o", "json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn every_command_names_the_node_with_node_and_still_takes_node_name() {
+    for spelling in ["--node", "--node-name"] {
+        let out = weft(&["topo", "discover", spelling, "n7", "--no-gpus", "-o", "json"]);
+        assert!(out.status.success(), "{spelling}: {}", stderr(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["name"], "n7", "{spelling}");
+    }
+    for cmd in [&["topo", "discover"][..], &["topo", "publish"], &["agent"]] {
+        let out = weft(&[cmd, &["--help"]].concat());
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(help.contains("--node <NAME>"), "{cmd:?}: {help}");
+        assert!(!help.contains("--node-name <"), "{cmd:?} shows a second node flag: {help}");
+    }
+}
+
+/// Every duration flag of every command, with a value in its old form (bare seconds).
+const DURATION_FLAGS: &[(&[&str], &str)] = &[
+    (&["agent"], "--interval"),
+    (&["agent"], "--reconcile-period"),
+    (&["agent"], "--gpu-write-back-period"),
+    (&["agent"], "--sriov-health-period"),
+    (&["agent"], "--sriov-write-back-period"),
+    (&["scheduler-extender"], "--request-timeout"),
+    (&["scheduler-extender"], "--reservation-ttl"),
+    (&["scheduler-extender"], "--tls-reload-interval"),
+    (&["webhook"], "--tls-reload-interval"),
+    (&["controller"], "--volcano-poll"),
+    (&["controller"], "--lease-duration"),
+    (&["controller"], "--renew-grace"),
+    (&["controller"], "--dns-ttl"),
+    (&["controller"], "--dns-lease-ttl"),
+    (&["wait-for"], "--timeout"),
+    (&["wait-for"], "--interval"),
+    (&["wait-for"], "--connect-timeout"),
+];
+
+#[test]
+fn every_duration_flag_takes_units_and_shows_its_default_with_one() {
+    for (cmd, flag) in DURATION_FLAGS {
+        let out = weft(&[*cmd, &["--help"]].concat());
+        let help = String::from_utf8_lossy(&out.stdout);
+        let at = help.find(&format!("{flag} <DURATION>")).unwrap_or_else(|| panic!("{cmd:?} {flag}: {help}"));
+        let entry = help[at..help[at..].find("\n      --").map_or(help.len(), |n| at + n)]
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        let default = entry.split("[default: ").nth(1).map(|d| d.split(']').next().unwrap());
+        let default = default.unwrap_or_else(|| panic!("{cmd:?} {flag} shows no default: {entry}"));
+        assert!(default.ends_with(['s', 'm', 'h']), "{cmd:?} {flag} default {default:?} has no unit");
+        // A malformed value is refused naming the flag and the convention.
+        let bad = format!("{flag}=5 parsecs");
+        let out = weft(&[*cmd, &[bad.as_str()]].concat());
+        assert_eq!(out.status.code(), Some(2), "{cmd:?} {flag}");
+        let e = stderr(&out);
+        assert!(e.contains(flag) && e.contains("30s"), "{cmd:?} {flag}: {e}");
+    }
+}
+
+#[test]
+fn wait_for_takes_its_timeout_in_units_and_in_the_old_bare_seconds() {
+    // Nothing listens on port 9 of 127.0.0.1 here: the wait gives up at its timeout and says it.
+    for timeout in ["1s", "1", "1500ms"] {
+        let out = weft(&["wait-for", "--timeout", timeout, "--interval", "200ms", "--quiet", "127.0.0.1:9"]);
+        assert_eq!(out.status.code(), Some(1), "{timeout}: {}", stderr(&out));
+        assert!(stderr(&out).contains("127.0.0.1:9"), "{}", stderr(&out));
+    }
+}

@@ -124,3 +124,25 @@ fn unknown_crd_name_is_an_error_listing_the_known_ones() {
     assert!(err.contains("no CRD named 'pipelines'"), "{err}");
     assert!(err.contains("numanetworks.numaflow.numaproj.io (NumaNetwork, nnet, nn)"), "{err}");
 }
+
+#[test]
+fn check_of_a_single_crd_file_compares_it_with_that_crd_as_the_help_shows() {
+    // `weft crds --check deploy/base/crds/<name>.yaml`, no CRD named: each committed file is
+    // checked against the CRD it holds.
+    for c in crd::all() {
+        let rel = format!("deploy/base/crds/{}.yaml", crd::crd_name(&c));
+        let out = weft(&["crds", "--check", repo_path(&rel).to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{rel}: {err}");
+        assert!(err.contains("is up to date (1 CRD: "), "{err}");
+    }
+    // Out of date, the fix names the CRD.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("nn.yaml");
+    let one = stdout(&weft(&["crds", "numanetworks"]));
+    std::fs::write(&file, one.replacen("maxLength: 253", "maxLength: 254", 1)).unwrap();
+    let out = weft(&["crds", "--check", file.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("weft crds numanetworks.numaflow.numaproj.io > {}", file.display())), "{err}");
+}
