@@ -25,6 +25,7 @@ use crate::checkpoint::{Checkpoint, CheckpointError};
 use crate::kubelet::{KubeletError, PodSource};
 use crate::orm::{OrmState, ResourceManager};
 use crate::pod::{DeviceLocator, PodSpec, pod_devices};
+use crate::sandboxes::Sandboxes;
 use crate::settings::ContainerSettings;
 
 /// How long an admission waits for the kubelet before the runtime has said its request timeout:
@@ -60,6 +61,9 @@ pub enum ManagerError {
         /// Why.
         reason: String,
     },
+    /// An in-place resize was refused ([`crate::orm::ResizeError`]) or its spec could not be read.
+    #[error("{0}")]
+    Resize(String),
     /// The checkpoint could not be written; the change was rolled back.
     #[error("pod {pod}: {source}; the allocation was rolled back")]
     Checkpoint {
@@ -131,6 +135,14 @@ impl PodCatalog {
         *lock(&self.cache) = fresh;
     }
 
+    /// A fresh kubelet pod list, which also refills the cache; `Ok(None)` without a kubelet.
+    pub async fn list(&self) -> Result<Option<Vec<Pod>>, KubeletError> {
+        let Some(source) = self.source.as_ref() else { return Ok(None) };
+        let pods = source.pods().await?;
+        self.replace(&pods);
+        Ok(Some(pods))
+    }
+
     /// The spec of pod `uid` from the cache.
     pub fn cached(&self, uid: &str) -> Option<PodSpec> {
         lock(&self.cache).get(uid).cloned()
@@ -167,10 +179,26 @@ pub struct Manager {
 struct ManagerState {
     rm: ResourceManager,
     containers: BTreeMap<String, TrackedContainer>,
+    /// Each pod's sandboxes as the runtime reported them (NRI mode; empty in bypass).
+    sandboxes: Sandboxes,
     /// Bumped by every admit and release: what a container should have can only move then.
     generation: u64,
     /// The generation [`Manager::moved_since_last_scan`] last looked at.
     scanned: u64,
+}
+
+/// The admitted pods that are gone: admitted before the kubelet's list was taken
+/// (`admitted_before`), not active in that list (`active`: absent, Succeeded or Failed), and with
+/// no container the runtime still has (`with_containers`). A pod admitted after the list was
+/// taken is never in `admitted_before` (the kubelet lists a pod before it asks for its sandbox),
+/// and a pod whose containers still exist is kept even when the kubelet's list lacks it (a
+/// kubelet that just restarted may list nothing yet).
+pub fn gone_pods(
+    admitted_before: &BTreeSet<String>,
+    active: &BTreeSet<String>,
+    with_containers: &BTreeSet<String>,
+) -> Vec<String> {
+    admitted_before.iter().filter(|uid| !active.contains(*uid) && !with_containers.contains(*uid)).cloned().collect()
 }
 
 /// What a resync did.
@@ -213,7 +241,13 @@ impl Manager {
         catalog: Arc<PodCatalog>,
         locator: Arc<dyn DeviceLocator>,
     ) -> Manager {
-        let state = ManagerState { rm, containers: BTreeMap::new(), generation: 0, scanned: 0 };
+        let state = ManagerState {
+            rm,
+            containers: BTreeMap::new(),
+            sandboxes: Sandboxes::default(),
+            generation: 0,
+            scanned: 0,
+        };
         Manager {
             state: Mutex::new(state),
             kubelet_budget: Mutex::new(DEFAULT_KUBELET_BUDGET),
@@ -299,10 +333,86 @@ impl Manager {
         Ok(())
     }
 
-    /// Release pod `uid` and forget its containers; checkpoint. Returns whether it was admitted.
+    /// Sandbox `sandbox_id` of pod `uid` runs (RunPodSandbox; CreateContainer for a pod whose
+    /// sandbox weft first meets there).
+    pub fn sandbox_started(&self, uid: &str, sandbox_id: &str) {
+        lock(&self.state).sandboxes.started(uid, sandbox_id);
+    }
+
+    /// The sandboxes of each pod are exactly `pairs` of (pod UID, sandbox id): the runtime's list
+    /// at a Synchronize.
+    pub fn replace_sandboxes<'a>(&self, pairs: impl IntoIterator<Item = (&'a str, &'a str)>) {
+        lock(&self.state).sandboxes.replace(pairs);
+    }
+
+    /// Sandbox `sandbox_id` of pod `uid` was removed (RemovePodSandbox): the pod is released when
+    /// it was its last sandbox, and keeps everything while another one exists (the kubelet removes
+    /// a re-created pod's old sandbox while the new one runs). Returns whether the pod was released.
+    pub fn remove_sandbox(&self, uid: &str, sandbox_id: &str) -> Result<bool, ManagerError> {
+        let last = lock(&self.state).sandboxes.removed(uid, sandbox_id);
+        if !last {
+            tracing::info!(
+                pod_uid = uid,
+                sandbox = sandbox_id,
+                "an older sandbox of the pod was removed; the pod keeps its resources"
+            );
+            return Ok(false);
+        }
+        self.release(uid)
+    }
+
+    /// Follow an in-place resize of pod `meta.uid` (NRI UpdateContainer): fetch the pod's spec from
+    /// the kubelet again (the cached one is the admission's) within the kubelet budget, apply it
+    /// ([`ResourceManager::resize`]) and checkpoint. Returns whether weft's settings of the pod now
+    /// follow the kubelet's current spec: `false` for a pod that is not admitted, or that the
+    /// kubelet (or the lack of one) does not describe, whose limits weft then leaves as the
+    /// kubelet asks. A refusal by weft's rules, a kubelet that fails or does not answer in time, or
+    /// a failed checkpoint is an error whose text the kubelet sees; nothing changes then.
+    pub async fn resize(&self, meta: &PodMeta) -> Result<bool, ManagerError> {
+        if !self.is_admitted(&meta.uid) {
+            return Ok(false);
+        }
+        let budget = *lock(&self.kubelet_budget);
+        match tokio::time::timeout(budget, self.catalog.refresh()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                return Err(ManagerError::Resize(format!(
+                    "resizing pod {}: pod spec unavailable: {e} (the kubelet will retry)",
+                    meta.label()
+                )));
+            }
+            Err(_) => {
+                return Err(ManagerError::Resize(format!(
+                    "resizing pod {}: the kubelet did not list pods within {} ms (the kubelet will retry)",
+                    meta.label(),
+                    budget.as_millis()
+                )));
+            }
+        }
+        let Some(spec) = self.catalog.cached(&meta.uid) else { return Ok(false) };
+        let mut st = lock(&self.state);
+        let before = st.rm.clone();
+        match st.rm.resize(&spec) {
+            Err(e) => Err(ManagerError::Resize(e.to_string())),
+            Ok(false) => Ok(true),
+            Ok(true) => {
+                if let Err(source) = blocking(|| self.store.store(&st.rm.state())) {
+                    st.rm = before;
+                    return Err(ManagerError::Checkpoint { pod: meta.label(), source });
+                }
+                st.generation += 1;
+                tracing::info!(pod = %meta.label(), "resized in place");
+                Ok(true)
+            }
+        }
+    }
+
+    /// Release pod `uid` and forget its containers and sandboxes; checkpoint. Returns whether it
+    /// was admitted.
     pub fn release(&self, uid: &str) -> Result<bool, ManagerError> {
         let mut st = lock(&self.state);
         st.containers.retain(|_, c| c.pod_uid != uid);
+        st.sandboxes.forget(uid);
         if st.rm.release(uid).is_none() {
             return Ok(false);
         }
@@ -342,12 +452,15 @@ impl Manager {
         st.rm.settings(uid, name).unwrap_or_else(|| unmanaged(st.rm.shared_pool()))
     }
 
-    /// Bring the state in line with the pods that run: release what is admitted but not in `live`,
-    /// admit what is in `live` but not admitted (a pod whose admission fails is reported and keeps
-    /// running unmanaged).
-    pub async fn resync(&self, live: &[PodMeta]) -> Resync {
+    /// Bring the state in line with the pods the runtime (or the kubelet) has: release what is
+    /// admitted but in neither `live` nor `stopped`, admit what is in `live` but not admitted (a
+    /// pod whose admission fails is reported and keeps running unmanaged). `stopped` pods exist
+    /// but run nothing (a NotReady sandbox with no container): an admitted one keeps its
+    /// allocation (the kubelet re-creates the sandbox under the same UID), one not admitted is not
+    /// admitted for it.
+    pub async fn resync(&self, live: &[PodMeta], stopped: &[PodMeta]) -> Resync {
         let mut out = Resync::default();
-        let live_uids: BTreeSet<&str> = live.iter().map(|m| m.uid.as_str()).collect();
+        let live_uids: BTreeSet<&str> = live.iter().chain(stopped).map(|m| m.uid.as_str()).collect();
         for uid in self.admitted() {
             if !live_uids.contains(uid.as_str()) {
                 match self.release(&uid) {
@@ -377,6 +490,31 @@ impl Manager {
             }
         }
         out
+    }
+
+    /// Release the admitted pods that are gone by the kubelet's pod list and the runtime's state
+    /// ([`gone_pods`]), without any event from the runtime: containerd relays no StopPodSandbox or
+    /// RemovePodSandbox for pods that lived through its restart. Returns the released UIDs; nothing
+    /// without a kubelet, and nothing when the list fails.
+    pub async fn release_gone(&self) -> Result<Vec<String>, KubeletError> {
+        let before = self.admitted();
+        let Some(pods) = self.catalog.list().await? else { return Ok(Vec::new()) };
+        let active: BTreeSet<String> =
+            pods.iter().filter(|p| crate::bypass::is_active(p)).filter_map(|p| p.metadata.uid.clone()).collect();
+        let with_containers: BTreeSet<String> =
+            lock(&self.state).containers.values().map(|c| c.pod_uid.clone()).collect();
+        let mut released = Vec::new();
+        for uid in gone_pods(&before, &active, &with_containers) {
+            match self.release(&uid) {
+                Ok(true) => {
+                    tracing::info!(pod_uid = %uid, "released: the kubelet no longer has the pod and none of its containers exists");
+                    released.push(uid);
+                }
+                Ok(false) => {}
+                Err(e) => tracing::error!(error = %e, "reconcile release"),
+            }
+        }
+        Ok(released)
     }
 
     /// Record (or refresh) a container.
@@ -450,5 +588,24 @@ impl Manager {
     /// A snapshot of the allocations (for status output and tests).
     pub fn state(&self) -> OrmState {
         lock(&self.state).rm.state()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(uids: &[&str]) -> BTreeSet<String> {
+        uids.iter().map(|u| (*u).to_string()).collect()
+    }
+
+    #[test]
+    fn gone_pods_are_admitted_before_the_list_inactive_and_without_containers() {
+        let before = set(&["running", "deleted", "deleted-with-container", "finished"]);
+        let active = set(&["running", "admitted-after-the-list"]);
+        let with_containers = set(&["deleted-with-container"]);
+        assert_eq!(gone_pods(&before, &active, &with_containers), ["deleted", "finished"]);
+        // A pod admitted after the list was taken is never released by it.
+        assert!(gone_pods(&set(&[]), &set(&[]), &set(&[])).is_empty());
     }
 }

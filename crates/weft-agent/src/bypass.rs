@@ -73,7 +73,7 @@ impl Bypass {
         let active: Vec<&Pod> = pods.iter().filter(|p| is_active(p)).collect();
         self.manager.catalog().replace(&pods);
         let live: Vec<PodMeta> = active.iter().filter_map(|p| meta_of(p)).collect();
-        let resync = self.manager.resync(&live).await;
+        let resync = self.manager.resync(&live, &[]).await;
         let mut out =
             Pass { admitted: resync.admitted, released: resync.released, refused: resync.refused, ..Pass::default() };
         for pod in active {

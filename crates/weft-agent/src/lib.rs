@@ -3,7 +3,7 @@
 //! NUMA nodes of their GPUs and NICs, keeps a shared pool for everything else, and enforces the
 //! result either synchronously through NRI ([`nri`]) or by writing cgroup files ([`bypass`]).
 //!
-//! Pure decision code: [`pod`], [`policy`], [`cpus`], [`orm`], [`settings`]. I/O at the edges:
+//! Pure decision code: [`pod`], [`policy`], [`cpus`], [`orm`], [`settings`], [`sandboxes`]. I/O at the edges:
 //! [`checkpoint`] (atomic state file), [`kubelet`] (pod list), [`cgroup`] (cgroup v1/v2 files),
 //! [`nri`] (the NRI handler), [`bypass`] (the polling loop), [`agent`] (the shared node state), [`service`] (mode selection).
 
@@ -17,5 +17,6 @@ pub mod nri;
 pub mod orm;
 pub mod pod;
 pub mod policy;
+pub mod sandboxes;
 pub mod service;
 pub mod settings;

@@ -3,11 +3,11 @@
 //!
 //! | NRI call | What weft does |
 //! |---|---|
-//! | Synchronize | release pods that no longer exist, admit pods that run without weft, track every container and answer updates for those whose settings differ |
+//! | Synchronize | release pods that no longer exist, admit pods that run without weft ([`classify_pods`]: not those whose sandboxes are all NotReady with nothing running), record every pod's sandboxes, track every container and answer updates for those whose settings differ |
 //! | RunPodSandbox | admit (allocate + checkpoint); an error fails the sandbox with the reason |
 //! | CreateContainer | adjustment: cpuset cpus/mems, CFS quota/period, memory limit, `memory.high` (cgroup v2 only, through `unified`), env; plus updates moving shared-pool containers off CPUs that just became exclusive |
-//! | UpdateContainer | re-assert weft's cpuset and limits over what the kubelet asked |
-//! | RemovePodSandbox | release + checkpoint |
+//! | UpdateContainer | follow an in-place resize (the pod's spec fetched again, [`Manager::resize`]) keeping weft's cpuset and exclusivity; refuse with the reason what weft's rules forbid |
+//! | RemovePodSandbox | release + checkpoint when it was the pod's last sandbox (the kubelet removes a re-created pod's old sandbox while the new one runs) |
 //! | RemoveContainer | forget the container |
 //!
 //! The reconcile loop ([`reconcile_once`]) sends `UpdateContainers` for every tracked container whose
@@ -138,6 +138,42 @@ pub fn matches(c: &api::Container, want: &ContainerSettings) -> bool {
     true
 }
 
+/// The pods of a Synchronize, one entry per UID: those that run (a ready sandbox, which NRI shows
+/// with its pid, or a container that is not stopped) and those that only exist (every sandbox
+/// NotReady, pid 0, and nothing running in them: a sandbox that died, found after a restart).
+pub fn classify_pods(pods: &[api::PodSandbox], containers: &[api::Container]) -> (Vec<PodMeta>, Vec<PodMeta>) {
+    let active_sandboxes: std::collections::BTreeSet<&str> = containers
+        .iter()
+        .filter(|c| {
+            matches!(
+                c.state.enum_value_or_default(),
+                api::ContainerState::CONTAINER_CREATED
+                    | api::ContainerState::CONTAINER_RUNNING
+                    | api::ContainerState::CONTAINER_PAUSED
+            )
+        })
+        .map(|c| c.pod_sandbox_id.as_str())
+        .collect();
+    let running: std::collections::BTreeSet<&str> = pods
+        .iter()
+        .filter(|p| p.pid != 0 || active_sandboxes.contains(p.id.as_str()))
+        .map(|p| p.uid.as_str())
+        .collect();
+    let mut seen = std::collections::BTreeSet::new();
+    let (mut live, mut stopped) = (Vec::new(), Vec::new());
+    for p in pods {
+        if !seen.insert(p.uid.as_str()) {
+            continue;
+        }
+        if running.contains(p.uid.as_str()) {
+            live.push(meta(p));
+        } else {
+            stopped.push(meta(p));
+        }
+    }
+    (live, stopped)
+}
+
 fn meta(pod: &api::PodSandbox) -> PodMeta {
     PodMeta {
         uid: pod.uid.clone(),
@@ -207,8 +243,9 @@ impl Handler for NriHandler {
         pods: Vec<api::PodSandbox>,
         containers: Vec<api::Container>,
     ) -> Result<Vec<api::ContainerUpdate>, HandlerError> {
-        let live: Vec<PodMeta> = pods.iter().map(meta).collect();
-        let outcome = self.manager.resync(&live).await;
+        let (live, stopped) = classify_pods(&pods, &containers);
+        let outcome = self.manager.resync(&live, &stopped).await;
+        self.manager.replace_sandboxes(pods.iter().map(|p| (p.uid.as_str(), p.id.as_str())));
         for (uid, why) in &outcome.refused {
             tracing::warn!(pod_uid = %uid, reason = %why, "running pod could not be admitted; it stays in the shared pool");
         }
@@ -236,7 +273,9 @@ impl Handler for NriHandler {
     }
 
     async fn run_pod_sandbox(&self, pod: api::PodSandbox) -> Result<(), HandlerError> {
-        self.manager.admit(&meta(&pod)).await.map_err(handler_error)
+        self.manager.admit(&meta(&pod)).await.map_err(handler_error)?;
+        self.manager.sandbox_started(&pod.uid, &pod.id);
+        Ok(())
     }
 
     async fn stop_pod_sandbox(&self, _pod: api::PodSandbox) -> Result<(), HandlerError> {
@@ -246,7 +285,9 @@ impl Handler for NriHandler {
     }
 
     async fn remove_pod_sandbox(&self, pod: api::PodSandbox) -> Result<(), HandlerError> {
-        self.manager.release(&pod.uid).map(|_| ()).map_err(handler_error)
+        // Released only with the pod's last sandbox: the kubelet removes the old sandbox of a
+        // re-created pod (same UID) while the new one runs.
+        self.manager.remove_sandbox(&pod.uid, &pod.id).map(|_| ()).map_err(handler_error)
     }
 
     async fn create_container(
@@ -257,6 +298,7 @@ impl Handler for NriHandler {
         let m = meta(&pod);
         // A pod whose sandbox started before weft connected: admit it now.
         self.manager.admit(&m).await.map_err(handler_error)?;
+        self.manager.sandbox_started(&m.uid, &pod.id);
         let Some(want) = self.manager.settings(&m.uid, &container.name) else {
             return Ok(ContainerCreation::default());
         };
@@ -275,7 +317,15 @@ impl Handler for NriHandler {
         container: api::Container,
         _resources: Option<api::LinuxResources>,
     ) -> Result<Vec<api::ContainerUpdate>, HandlerError> {
-        let want = self.manager.wanted(&pod.uid, &container.name);
+        // An in-place resize (or any kubelet update): follow the pod's new spec where weft's rules
+        // allow, refuse with the reason where they do not. The runtime merges our update over the
+        // kubelet's request field by field, so what we leave unset stays as the kubelet asked.
+        let current = self.manager.resize(&meta(&pod)).await.map_err(handler_error)?;
+        let mut want = self.manager.wanted(&pod.uid, &container.name);
+        if !current {
+            // No spec to follow: enforce the cpuset only, leave quota and memory to the kubelet.
+            want = ContainerSettings { cpus: want.cpus, mems: want.mems, ..ContainerSettings::default() };
+        }
         self.manager.track(&container.id, &pod.uid, &container.name, cgroups_path(&container));
         self.manager.mark_applied(&container.id, &want);
         Ok(vec![update(&container.id, &want, self.translation)])
@@ -308,4 +358,36 @@ pub async fn reconcile_once(manager: &Manager, runtime: &RuntimeHandle, t: Trans
         }
     }
     Ok(stale.len() - failed_ids.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(id: &str, uid: &str, pid: u32) -> api::PodSandbox {
+        let mut p = api::PodSandbox::new();
+        p.id = id.into();
+        p.uid = uid.into();
+        p.pid = pid;
+        p
+    }
+
+    fn ctr(sandbox: &str, state: api::ContainerState) -> api::Container {
+        let mut c = api::Container::new();
+        c.pod_sandbox_id = sandbox.into();
+        c.state = state.into();
+        c
+    }
+
+    #[test]
+    fn a_pod_runs_with_a_ready_sandbox_or_a_container_that_is_not_stopped() {
+        let pods =
+            [pod("a-0", "a", 0), pod("a-1", "a", 42), pod("b-0", "b", 0), pod("c-0", "c", 0), pod("d-0", "d", 0)];
+        let containers =
+            [ctr("b-0", api::ContainerState::CONTAINER_RUNNING), ctr("c-0", api::ContainerState::CONTAINER_STOPPED)];
+        let (live, stopped) = classify_pods(&pods, &containers);
+        let uids = |m: &[PodMeta]| m.iter().map(|m| m.uid.clone()).collect::<Vec<_>>();
+        assert_eq!(uids(&live), ["a", "b"], "a: attempt 1 is ready; b: its container runs");
+        assert_eq!(uids(&stopped), ["c", "d"], "NotReady sandboxes with nothing running");
+    }
 }

@@ -240,6 +240,19 @@ pub enum AdmitError {
     },
 }
 
+/// Why an in-place resize was refused: only what weft's own rules forbid. The message is what the
+/// kubelet sees (containerd fails `UpdateContainerResources` with it).
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[error("weft refuses the in-place resize of pod {pod} container {container}: {why}")]
+pub struct ResizeError {
+    /// `namespace/name`.
+    pub pod: String,
+    /// The container.
+    pub container: String,
+    /// Which rule forbids it.
+    pub why: String,
+}
+
 /// Everything [`ResourceManager::admit`] decided, before it is committed.
 struct Plan {
     alloc: PodAllocation,
@@ -415,6 +428,82 @@ impl ResourceManager {
         let uid = alloc.uid.clone();
         self.commit(alloc);
         Ok(&self.pods[&uid])
+    }
+
+    /// Follow an in-place resize of admitted pod `pod.uid` (the kubelet's new spec): each
+    /// long-running container of the allocation takes its new CPU and memory requests and limits,
+    /// so its settings (quota, memory limit, `memory.high`) follow. Refused, changing nothing, when
+    /// weft's rules forbid it:
+    /// - the container's number of exclusive CPUs would change (a Guaranteed integer-CPU
+    ///   container resized to another count, to a fraction, or a shared container resized to a
+    ///   whole number in a Guaranteed pod): exclusive CPUs are fixed at admission, as the kubelet's
+    ///   static CPU manager keeps them (it marks such resizes infeasible);
+    /// - the pod's memory request would change while it is charged to NUMA nodes (memory
+    ///   alignment), as the kubelet's static memory manager refuses.
+    ///
+    /// Init containers are not resized. Returns whether anything changed; `Ok(false)` for a pod
+    /// that is not admitted.
+    pub fn resize(&mut self, pod: &PodSpec) -> Result<bool, ResizeError> {
+        let Some(alloc) = self.pods.get(&pod.uid) else { return Ok(false) };
+        let label = alloc.label();
+        let mut updated = alloc.containers.clone();
+        let mut changed = false;
+        for (c, new) in updated.iter_mut().filter_map(|c| {
+            let new = pod.containers.iter().find(|n| n.name == c.spec.name && c.spec.kind != ContainerKind::Init)?;
+            Some((c, new))
+        }) {
+            let refuse = |why: String| ResizeError { pod: label.clone(), container: c.spec.name.clone(), why };
+            let had = c.cpus.len() as u64;
+            let want = Self::exclusive_count(pod, new);
+            if had != want {
+                let now = if had == 0 {
+                    "it runs in the shared pool".to_string()
+                } else {
+                    format!("it has {had} exclusive CPUs")
+                };
+                let then = if want == 0 { "the shared pool".to_string() } else { format!("{want} exclusive CPUs") };
+                return Err(refuse(format!(
+                    "{now} and a CPU request of {} m would need {then}; weft fixes a container's exclusive CPUs at \
+                     admission, as the kubelet's static CPU manager does (re-create the pod to change them)",
+                    new.cpu_request_milli
+                )));
+            }
+            let spec = ContainerSpec { name: c.spec.name.clone(), kind: c.spec.kind, ..new.clone() };
+            if spec != c.spec {
+                c.spec = spec;
+                changed = true;
+            }
+        }
+        if !alloc.memory_numa.is_empty() {
+            let before = pod_level_amount(&alloc.containers.iter().map(|c| c.spec.clone()).collect::<Vec<_>>(), |c| {
+                c.memory_request
+            });
+            let after =
+                pod_level_amount(&updated.iter().map(|c| c.spec.clone()).collect::<Vec<_>>(), |c| c.memory_request);
+            if before != after {
+                let nodes: Vec<String> = alloc.memory_numa.keys().map(ToString::to_string).collect();
+                let container = updated
+                    .iter()
+                    .zip(&alloc.containers)
+                    .find(|(n, o)| n.spec.memory_request != o.spec.memory_request)
+                    .map(|(n, _)| n.spec.name.clone())
+                    .unwrap_or_default();
+                return Err(ResizeError {
+                    pod: label,
+                    container,
+                    why: format!(
+                        "its memory is charged to NUMA node(s) {} at admission (memory alignment) and its memory \
+                         request would change from {before} to {after} bytes, as the kubelet's static memory \
+                         manager refuses too",
+                        nodes.join(",")
+                    ),
+                });
+            }
+        }
+        if changed && let Some(alloc) = self.pods.get_mut(&pod.uid) {
+            alloc.containers = updated;
+        }
+        Ok(changed)
     }
 
     /// Release pod `uid`: its exclusive CPUs return to the shared pool, its memory charge is dropped.
@@ -921,6 +1010,54 @@ mod tests {
 
     fn env<'a>(s: &'a ContainerSettings, key: &str) -> Option<&'a str> {
         s.env.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+
+    #[test]
+    fn resize_follows_new_limits_and_refuses_what_would_change_exclusive_cpus() {
+        let mut rm = rm(TopologyPolicy::BestEffort);
+        let mib = 1 << 20;
+        rm.admit(&pod("p", QosClass::Guaranteed, vec![g("main", 2000, 64 * mib)]), &[]).unwrap();
+        let cpus = rm.allocation("p").unwrap().exclusive.clone();
+
+        // Memory 64 -> 128 MiB: followed; the exclusive CPUs stay.
+        assert!(rm.resize(&pod("p", QosClass::Guaranteed, vec![g("main", 2000, 128 * mib)])).unwrap());
+        let s = rm.settings("p", "main").unwrap();
+        assert_eq!((s.memory_limit, s.cpus.clone(), s.cpu_quota), (Some(128 << 20), cpus.clone(), Some(-1)));
+        assert!(!rm.resize(&pod("p", QosClass::Guaranteed, vec![g("main", 2000, 128 * mib)])).unwrap(), "no change");
+
+        // 2 -> 3 CPUs, or to a fraction: refused, nothing changed.
+        for milli in [3000, 1500] {
+            let e = rm.resize(&pod("p", QosClass::Guaranteed, vec![g("main", milli, 32 * mib)])).unwrap_err();
+            assert_eq!((e.pod.as_str(), e.container.as_str()), ("ns/p", "main"));
+            assert!(e.to_string().contains("it has 2 exclusive CPUs"), "{e}");
+            assert_eq!(rm.settings("p", "main").unwrap().memory_limit, Some(128 << 20));
+        }
+
+        // A shared container in a Guaranteed pod resized to a whole CPU would need exclusive CPUs.
+        rm.admit(&pod("q", QosClass::Guaranteed, vec![g("main", 500, mib)]), &[]).unwrap();
+        let e = rm.resize(&pod("q", QosClass::Guaranteed, vec![g("main", 1000, mib)])).unwrap_err().to_string();
+        assert!(e.contains("shared pool") && e.contains("1 exclusive CPUs"), "{e}");
+
+        // A Burstable container's CPU limit: the quota follows.
+        let b = |limit| container("main", ContainerKind::App, 500, Some(limit), mib, Some(mib));
+        rm.admit(&pod("b", QosClass::Burstable, vec![b(1000)]), &[]).unwrap();
+        assert!(rm.resize(&pod("b", QosClass::Burstable, vec![b(2000)])).unwrap());
+        assert_eq!(rm.settings("b", "main").unwrap().cpu_quota, Some(200_000));
+
+        // Not admitted: nothing to do.
+        assert!(!rm.resize(&pod("nope", QosClass::Burstable, vec![b(2000)])).unwrap());
+    }
+
+    #[test]
+    fn resize_of_numa_charged_memory_is_refused() {
+        let layout = CpuLayout::synthetic(2, 1, 8, 2).unwrap().with_memory_per_numa(64 << 30);
+        let mut rm =
+            ResourceManager::new(layout, OrmConfig { align_memory: true, ..cfg(TopologyPolicy::BestEffort) }).unwrap();
+        rm.admit(&pod("p", QosClass::Guaranteed, vec![g("main", 2000, 1 << 30)]), &[]).unwrap();
+        assert!(!rm.allocation("p").unwrap().memory_numa.is_empty());
+        let e = rm.resize(&pod("p", QosClass::Guaranteed, vec![g("main", 2000, 2 << 30)])).unwrap_err().to_string();
+        assert!(e.contains("NUMA node(s) 0") && e.contains("memory alignment"), "{e}");
+        assert_eq!(rm.settings("p", "main").unwrap().memory_limit, Some(1 << 30));
     }
 
     #[test]

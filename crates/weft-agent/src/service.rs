@@ -29,6 +29,9 @@ use crate::nri::{NriHandler, Translation, reconcile_once};
 use crate::orm::{OrmConfig, ResourceManager};
 use crate::pod::DeviceLocator;
 
+/// The longest the NRI reconcile waits for the kubelet's pod list (or the period, when longer).
+const KUBELET_LIST_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Enforcement mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
@@ -232,6 +235,13 @@ async fn run_nri(
                 }
                 if !handle.is_connected() {
                     continue;
+                }
+                // Pods gone without a RemovePodSandbox (containerd relays none for pods that
+                // lived through its restart): released by the kubelet's list.
+                match tokio::time::timeout(period.max(KUBELET_LIST_TIMEOUT), manager.release_gone()).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => tracing::warn!(error = %e, "reconcile: kubelet pod list unavailable"),
+                    Err(_) => tracing::warn!("reconcile: kubelet pod list too slow"),
                 }
                 if let Some(enforcer) = &enforcer {
                     mark_drifted(&manager, enforcer.as_ref());

@@ -42,6 +42,18 @@ impl Kubelet {
     fn add(&self, pod: Pod) {
         self.pods.lock().unwrap().push(pod);
     }
+
+    /// Replace the pod with `pod`'s UID (the kubelet's view after an in-place resize).
+    fn set(&self, pod: Pod) {
+        let mut pods = self.pods.lock().unwrap();
+        pods.retain(|p| p.metadata.uid != pod.metadata.uid);
+        pods.push(pod);
+    }
+
+    /// The pod is gone from the kubelet (deleted).
+    fn remove(&self, uid: &str) {
+        self.pods.lock().unwrap().retain(|p| p.metadata.uid.as_deref() != Some(uid));
+    }
 }
 
 #[async_trait]
@@ -698,6 +710,261 @@ async fn auto_mode_enforces_by_bypass_until_the_nri_socket_appears_then_switches
     runtime.run_pod_sandbox(sandbox("early", "early", None)).await.unwrap();
     let c = guard(runtime.create_container("sb-early", container("early"))).await.unwrap();
     assert_eq!(cpus_of(&c), stored.pods[0].exclusive);
+    stop.cancel();
+    guard(task).await.unwrap().unwrap();
+}
+
+/// Sandbox attempt `n` of pod `uid` (the kubelet re-creates a dead sandbox under the same UID).
+fn sandbox_attempt(uid: &str, n: u32) -> api::PodSandbox {
+    let mut p = sandbox(uid, uid, None);
+    p.id = format!("sb-{uid}-{n}");
+    p
+}
+
+/// The container of sandbox attempt `n` of pod `uid`.
+fn container_attempt(uid: &str, n: u32) -> api::Container {
+    let mut c = container(uid);
+    c.id = format!("c-{uid}-{n}");
+    c.pod_sandbox_id = format!("sb-{uid}-{n}");
+    c
+}
+
+/// Issue #24 item 1, the kubelet's sequence: the sandbox dies, the kubelet stops it and creates
+/// attempt 1 under the same UID, and its garbage collector later removes the old container and
+/// then the old sandbox (kuberuntime_gc.go `evictSandboxes`: not ready, no containers, not the
+/// newest sandbox of the pod; `removeSandbox` stops it first, which containerd does not relay
+/// twice). The pod runs on in attempt 1 and keeps its CPUs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_an_old_sandbox_of_a_recreated_pod_keeps_its_cpus() {
+    let s = setup(RuntimeOptions::default()).await;
+    let agent = s.agent(TopologyPolicy::BestEffort);
+    guard(s.runtime.wait_synchronized("10-weft")).await;
+    let first = guard(s.run_pod("u", "2", true, None)).await.unwrap();
+    let cpus = cpus_of(&first);
+
+    s.runtime.sandbox_exited("sb-u").unwrap();
+    guard(s.runtime.stop_container("c-u")).await.unwrap();
+    guard(s.runtime.stop_pod_sandbox("sb-u")).await.unwrap();
+    guard(s.runtime.run_pod_sandbox(sandbox_attempt("u", 1))).await.unwrap();
+    let second = guard(s.runtime.create_container("sb-u-1", container_attempt("u", 1))).await.unwrap();
+    guard(s.runtime.start_container("c-u-1")).await.unwrap();
+    assert_eq!(cpus_of(&second), cpus, "attempt 1 runs on the pod's CPUs");
+
+    // The kubelet's garbage collection of attempt 0.
+    guard(s.runtime.remove_container("c-u")).await.unwrap();
+    guard(s.runtime.stop_pod_sandbox("sb-u")).await.unwrap();
+    guard(s.runtime.remove_pod_sandbox("sb-u")).await.unwrap();
+    assert!(agent.manager.is_admitted("u"), "the pod still runs in sandbox attempt 1");
+
+    // The next Guaranteed pod gets other CPUs.
+    let next = guard(s.run_pod("w", "2", true, None)).await.unwrap();
+    let w = cpus_of(&next);
+    assert!(w.iter().all(|x| !cpus.contains(x)), "CPUs {cpus} of running pod u given again to w ({w})");
+    assert_disjoint(&exclusive_sets(&agent.manager));
+
+    // Removing the pod's last sandbox releases it.
+    guard(s.runtime.remove_pod_sandbox("sb-u-1")).await.unwrap();
+    assert!(!agent.manager.is_admitted("u"));
+    agent.kill().await;
+}
+
+/// Issue #24 item 5: after a restart containerd lists NotReady sandboxes too (pid 0). One whose
+/// pod is admitted (its sandbox died; the kubelet will re-create it under the same UID) keeps
+/// the pod's CPUs; one of a pod weft never admitted, with nothing running in it, takes none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_not_ready_sandbox_at_synchronize_admits_nothing_and_keeps_what_was_admitted() {
+    let s = setup(RuntimeOptions::default()).await;
+    let a = s.agent(TopologyPolicy::BestEffort);
+    guard(s.runtime.wait_synchronized("10-weft")).await;
+    let kept = cpus_of(&guard(s.run_pod("kept", "2", true, None)).await.unwrap());
+    a.kill().await;
+    guard(s.runtime.wait_dropped("10-weft", 0)).await;
+
+    // While weft is down: kept's sandbox dies and its container exits; another pod's sandbox
+    // starts and dies before any container was created.
+    s.runtime.sandbox_exited("sb-kept").unwrap();
+    guard(s.runtime.stop_container("c-kept")).await.unwrap();
+    s.kubelet.add(k8s_pod("dead", "dead", "4", "1Gi", true, None));
+    guard(s.runtime.run_pod_sandbox(sandbox("dead", "dead", None))).await.unwrap();
+    s.runtime.sandbox_exited("sb-dead").unwrap();
+
+    let b = s.agent(TopologyPolicy::BestEffort);
+    guard(s.runtime.wait_synchronized_times("10-weft", 2)).await;
+    assert!(
+        !b.manager.is_admitted("dead"),
+        "a NotReady sandbox with nothing running took CPUs: {:?}",
+        b.manager.state()
+    );
+    let sets = exclusive_sets(&b.manager);
+    assert_eq!(sets, vec![("kept".to_string(), kept.clone())], "the admitted pod keeps its CPUs");
+
+    // The kubelet re-creates both sandboxes: kept gets its CPUs back, dead is admitted now.
+    guard(s.runtime.run_pod_sandbox(sandbox_attempt("kept", 1))).await.unwrap();
+    let again = guard(s.runtime.create_container("sb-kept-1", container_attempt("kept", 1))).await.unwrap();
+    assert_eq!(cpus_of(&again), kept);
+    guard(s.runtime.run_pod_sandbox(sandbox_attempt("dead", 1))).await.unwrap();
+    let dead = guard(s.runtime.create_container("sb-dead-1", container_attempt("dead", 1))).await.unwrap();
+    assert_eq!(cpus_of(&dead).len(), 4);
+    assert_disjoint(&exclusive_sets(&b.manager));
+    b.kill().await;
+}
+
+fn pod_with(uid: &str, resources: serde_json::Value) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"uid": uid, "namespace": "ml", "name": uid},
+        "spec": {"containers": [{"name": "main", "image": "x", "resources": resources}]},
+        "status": {"phase": "Running"}
+    }))
+    .unwrap()
+}
+
+fn guaranteed(cpu: &str, mem: &str) -> serde_json::Value {
+    serde_json::json!({"requests": {"cpu": cpu, "memory": mem}, "limits": {"cpu": cpu, "memory": mem}})
+}
+
+/// What the kubelet sends in `UpdateContainerResources` for a container with these limits
+/// (CFS quota for the CPU limit over a 100 ms period, shares from the request, memory limit).
+fn kubelet_resources(cpu_request_milli: u64, cpu_limit_milli: Option<u64>, memory: i64) -> api::LinuxResources {
+    let mut cpu = api::LinuxCPU::new();
+    let mut shares = api::OptionalUInt64::new();
+    shares.value = cpu_request_milli * 1024 / 1000;
+    cpu.shares = protobuf::MessageField::some(shares);
+    let mut period = api::OptionalUInt64::new();
+    period.value = 100_000;
+    cpu.period = protobuf::MessageField::some(period);
+    if let Some(l) = cpu_limit_milli {
+        let mut quota = api::OptionalInt64::new();
+        quota.value = (l * 100) as i64;
+        cpu.quota = protobuf::MessageField::some(quota);
+    }
+    let mut mem = api::LinuxMemory::new();
+    let mut limit = api::OptionalInt64::new();
+    limit.value = memory;
+    mem.limit = protobuf::MessageField::some(limit);
+    let mut r = api::LinuxResources::new();
+    r.cpu = protobuf::MessageField::some(cpu);
+    r.memory = protobuf::MessageField::some(mem);
+    r
+}
+
+const MI: i64 = 1 << 20;
+
+fn memory_of(c: &api::Container) -> i64 {
+    c.linux.resources.memory.limit.value
+}
+
+/// Issue #24 item 3: an in-place resize reaches weft as UpdateContainer with the kubelet's new
+/// resources; weft follows the pod's new spec (fetched again from the kubelet) and keeps only its
+/// own rules (the exclusive cpuset, no quota on exclusive CPUs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_place_resize_follows_the_kubelets_new_memory_and_keeps_the_exclusive_cpus() {
+    let s = setup(RuntimeOptions::default()).await;
+    let agent = s.agent(TopologyPolicy::BestEffort);
+    guard(s.runtime.wait_synchronized("10-weft")).await;
+    s.kubelet.add(pod_with("r", guaranteed("2", "64Mi")));
+    guard(s.runtime.run_pod_sandbox(sandbox("r", "r", None))).await.unwrap();
+    let c = guard(s.runtime.create_container("sb-r", container("r"))).await.unwrap();
+    let cpus = cpus_of(&c);
+    assert_eq!((cpus.len(), memory_of(&c)), (2, 64 * MI));
+
+    for mem in [128, 32] {
+        s.kubelet.set(pod_with("r", guaranteed("2", &format!("{mem}Mi"))));
+        let c = guard(s.runtime.update_container("c-r", kubelet_resources(2000, Some(2000), mem * MI))).await.unwrap();
+        assert_eq!(memory_of(&c), mem * MI, "the resize to {mem} Mi was undone");
+        assert_eq!(cpus_of(&c), cpus, "the exclusive CPUs stay");
+        assert_eq!(c.linux.resources.cpu.quota.value, -1, "no quota on exclusive CPUs");
+    }
+    // What weft wants now is the new size: nothing to push back, and the checkpoint holds it.
+    assert_eq!(reconcile_once(&agent.manager, &agent.handle, Translation { unified: true }).await.unwrap(), 0);
+    assert_eq!(memory_of(&s.runtime.container("c-r").unwrap()), 32 * MI);
+    let stored = Checkpoint::new(&s.checkpoint).load().unwrap().unwrap();
+    assert_eq!(stored.pods[0].containers[0].spec.memory_limit, Some(32 << 20));
+    agent.kill().await;
+}
+
+/// A resize weft's rules forbid (a different number of exclusive CPUs) fails the kubelet's
+/// UpdateContainerResources with the reason, and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resize_that_changes_the_exclusive_cpu_count_is_refused_with_the_reason() {
+    let s = setup(RuntimeOptions::default()).await;
+    let agent = s.agent(TopologyPolicy::BestEffort);
+    guard(s.runtime.wait_synchronized("10-weft")).await;
+    s.kubelet.add(pod_with("r", guaranteed("2", "64Mi")));
+    guard(s.runtime.run_pod_sandbox(sandbox("r", "r", None))).await.unwrap();
+    let before = guard(s.runtime.create_container("sb-r", container("r"))).await.unwrap();
+
+    s.kubelet.set(pod_with("r", guaranteed("3", "128Mi")));
+    let err =
+        guard(s.runtime.update_container("c-r", kubelet_resources(3000, Some(3000), 128 * MI))).await.unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("ml/r") && msg.contains("exclusive") && msg.contains('2') && msg.contains('3'), "{msg}");
+    assert_eq!(agent.manager.state().pods[0].exclusive, cpus_of(&before));
+    assert_eq!(agent.manager.state().pods[0].containers[0].spec.memory_limit, Some(64 << 20), "nothing changed");
+    agent.kill().await;
+}
+
+/// A shared-pool container's CPU limit resize moves its CFS quota as the kubelet asks; the
+/// cpuset stays the shared pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_containers_cpu_limit_resize_moves_its_quota() {
+    let s = setup(RuntimeOptions::default()).await;
+    let agent = s.agent(TopologyPolicy::BestEffort);
+    guard(s.runtime.wait_synchronized("10-weft")).await;
+    let burstable = |limit: &str| serde_json::json!({"requests": {"cpu": "500m", "memory": "64Mi"}, "limits": {"cpu": limit, "memory": "64Mi"}});
+    s.kubelet.add(pod_with("b", burstable("1")));
+    guard(s.runtime.run_pod_sandbox(sandbox("b", "b", None))).await.unwrap();
+    let c = guard(s.runtime.create_container("sb-b", container("b"))).await.unwrap();
+    assert_eq!(c.linux.resources.cpu.quota.value, 100_000);
+
+    s.kubelet.set(pod_with("b", burstable("2")));
+    let c = guard(s.runtime.update_container("c-b", kubelet_resources(500, Some(2000), 64 * MI))).await.unwrap();
+    assert_eq!(c.linux.resources.cpu.quota.value, 200_000, "the new CPU limit's quota");
+    assert_eq!(cpus_of(&c).len(), 16, "the shared pool");
+    assert_eq!(reconcile_once(&agent.manager, &agent.handle, Translation { unified: true }).await.unwrap(), 0);
+    agent.kill().await;
+}
+
+/// Issue #24 item 2: containerd rebuilds its NRI state only for containers after a restart, so
+/// a pod that lived through it is never stopped or removed for any plugin. weft converges anyway:
+/// its periodic reconcile releases pods the kubelet no longer has once none of their containers
+/// runs, and gives their CPUs back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_deleted_after_a_runtime_restart_are_released_without_any_pod_event() {
+    let s = setup(RuntimeOptions::default()).await;
+    let cfg = service_config(&s.socket, &s.checkpoint, s.kubelet.clone(), weft_agent::service::Mode::Nri, None);
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(weft_agent::service::run(cfg, stop.clone()));
+    guard(s.runtime.wait_synchronized("10-weft")).await;
+    guard(s.run_pod("a", "6", true, None)).await.unwrap();
+    guard(s.run_pod("b", "500m", false, None)).await.unwrap();
+
+    guard(s.runtime.restart()).await;
+    guard(s.runtime.wait_synchronized_times("10-weft", 2)).await;
+    let from = s.runtime.event_count();
+    // The kubelet deletes pod a: its container is stopped and removed (relayed: containerd
+    // rebuilt its container state at the Synchronize), its sandbox stopped and removed (not
+    // relayed: containerd forgot the pod when it restarted).
+    s.kubelet.remove("a");
+    guard(s.runtime.stop_container("c-a")).await.unwrap();
+    guard(s.runtime.remove_container("c-a")).await.unwrap();
+    guard(s.runtime.stop_pod_sandbox("sb-a")).await.unwrap();
+    guard(s.runtime.remove_pod_sandbox("sb-a")).await.unwrap();
+    let pod_events: Vec<HarnessEvent> = s.runtime.events()[from..]
+        .iter()
+        .filter(|e| matches!(e, HarnessEvent::Call { method, .. } if method.contains("PodSandbox")))
+        .cloned()
+        .collect();
+    assert!(pod_events.is_empty(), "containerd relays no pod event after its restart: {pod_events:?}");
+
+    // The reconcile releases a and gives its CPUs back to the shared container.
+    guard(s.runtime.wait_event(from, |e| {
+        matches!(e, HarnessEvent::Unsolicited { update, .. }
+            if update.iter().any(|u| u.container_id == "c-b" && u.linux.resources.cpu.cpus == "0-15"))
+    }))
+    .await;
+    // And a new exclusive pod that needs them is admitted.
+    let c = guard(s.run_pod("c", "12", true, None)).await.unwrap();
+    assert_eq!(cpus_of(&c).len(), 12);
     stop.cancel();
     guard(task).await.unwrap().unwrap();
 }

@@ -22,6 +22,22 @@
 //!   Go ttrpc's 4,096-byte read buffer ([`RuntimeOptions::read_buffer`]) fails the read (`ENOMEM`)
 //!   and the plugin is closed;
 //! - `UpdateContainers` applies the updates and, as containerd, does nothing with evictions;
+//!   like containerd's `updateFromPlugin` it holds the lifecycle lock while it does;
+//! - every update the runtime applies (from a `CreateContainer`, `UpdateContainer` or
+//!   `StopContainer` answer, a `Synchronize` reply or an `UpdateContainers`) is applied one at a
+//!   time and costs [`RuntimeOptions::update_cost`], under the lifecycle lock: containerd applies
+//!   each as one synchronous `UpdateContainerResources` (the container's spec written to its
+//!   metadata store, then the task updated through the shim and runc) inside the request
+//!   (`internal/nri/nri.go` `applyUpdates`, `internal/cri/nri/nri_api_linux.go` `UpdateContainer`);
+//! - pod and container events are relayed only as containerd's NRI bookkeeping allows
+//!   (`internal/nri/nri.go`, `needsStopping`/`needsRemoval` over its in-memory `state`):
+//!   StopPodSandbox/StopContainer once, for what was created or running; RemovePodSandbox/
+//!   RemoveContainer for what was created, running or stopped. [`Runtime::restart`] plays a
+//!   runtime restart: that bookkeeping is lost, and at the next `Synchronize` it is rebuilt for
+//!   the containers only, so pods that lived through the restart never produce StopPodSandbox or
+//!   RemovePodSandbox again;
+//! - a sandbox has a pid while it is ready; a stopped or exited sandbox is NotReady, which NRI
+//!   shows as pid 0 (containerd's `handleSandboxExit`), and is still listed at `Synchronize`;
 //! - `Synchronize` is split into `more` chunks when the message is larger than
 //!   [`RuntimeOptions::max_message_size`] (upstream gets that signal from its ttrpc client's
 //!   size check; here the size is computed before sending). The batch shrinks by the factor
@@ -105,6 +121,10 @@ pub struct RuntimeOptions {
     /// Largest mux frame a plugin connection may send ([`GO_TTRPC_READ_BUFFER`]); larger ones
     /// close the plugin, as `ENOMEM` does between upstream's mux and Go ttrpc.
     pub read_buffer: usize,
+    /// What applying one container update costs the runtime (containerd: one
+    /// `UpdateContainerResources`, a metadata write and a runc update, tens of ms on a busy
+    /// node); zero by default.
+    pub update_cost: Duration,
 }
 
 impl Default for RuntimeOptions {
@@ -121,6 +141,7 @@ impl Default for RuntimeOptions {
             configure_before_register_reply: false,
             record_calls: true,
             read_buffer: GO_TTRPC_READ_BUFFER,
+            update_cost: Duration::ZERO,
         }
     }
 }
@@ -166,6 +187,12 @@ pub enum HarnessEvent {
         method: String,
         /// The error status code name, `None` when it succeeded.
         error: Option<String>,
+    },
+    /// A `CreateContainer` answer carried updates of other containers, which the runtime applied
+    /// inside that request.
+    CreateUpdates {
+        /// How many (merged over every plugin).
+        updates: usize,
     },
     /// A plugin sent `UpdateContainers` on its own.
     Unsolicited {
@@ -218,10 +245,44 @@ pub struct PluginInfo {
     pub nri_version: String,
 }
 
+/// What containerd's NRI layer last told plugins about a pod or container (`internal/nri`'s
+/// `State`); absent means removed, or never told since the runtime (re)started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Told {
+    Created,
+    Running,
+    Stopped,
+}
+
 #[derive(Default)]
 struct Data {
     pods: BTreeMap<String, api::PodSandbox>,
     containers: BTreeMap<String, api::Container>,
+    /// containerd's in-memory NRI `state`, by pod or container id.
+    told: BTreeMap<String, Told>,
+    /// The last sandbox pid handed out.
+    last_pid: u32,
+}
+
+impl Data {
+    fn needs_stopping(&self, id: &str) -> bool {
+        matches!(self.told.get(id), Some(Told::Created | Told::Running))
+    }
+
+    fn needs_removal(&self, id: &str) -> bool {
+        self.told.contains_key(id)
+    }
+
+    fn tell(&mut self, id: &str, state: Option<Told>) {
+        match state {
+            Some(s) => {
+                self.told.insert(id.to_string(), s);
+            }
+            None => {
+                self.told.remove(id);
+            }
+        }
+    }
 }
 
 struct SyncFault {
@@ -436,12 +497,32 @@ impl Runtime {
         lock(&self.inner.data).pods.get(id).cloned()
     }
 
-    /// Closes every plugin connection, as a runtime restart does; pods and containers stay,
-    /// and the socket keeps accepting.
+    /// Closes every plugin connection (plugins reconnect and are synchronized again); pods and
+    /// containers stay, the socket keeps accepting, and the runtime remembers what it told
+    /// plugins. [`Runtime::restart`] is a runtime restart.
     pub fn drop_all_connections(&self) {
         for m in lock(&self.inner.connections).drain(..) {
             m.close();
         }
+    }
+
+    /// Restarts the runtime as containerd restarts: every plugin connection closes, pods and
+    /// containers survive, and the NRI layer's memory of what it told plugins is gone. The next
+    /// `Synchronize` rebuilds it for containers only (upstream `syncPlugin`), so a pod that lived
+    /// through the restart is never again stopped or removed for any plugin.
+    pub async fn restart(&self) {
+        let _l = self.inner.lifecycle.lock().await;
+        lock(&self.inner.data).told.clear();
+        self.drop_all_connections();
+    }
+
+    /// The sandbox of pod `pod_id` exited on its own (its pause process died): it turns NotReady
+    /// (pid 0) without any NRI event, as containerd's `handleSandboxExit` does.
+    pub fn sandbox_exited(&self, pod_id: &str) -> Result<(), RuntimeError> {
+        let mut d = lock(&self.inner.data);
+        let pod = d.pods.get_mut(pod_id).ok_or_else(|| RuntimeError::NotFound(format!("pod {pod_id}")))?;
+        pod.pid = 0;
+        Ok(())
     }
 
     /// Closes plugin `name`'s trunk while it is being synchronized, after `after_chunks`
@@ -450,37 +531,69 @@ impl Runtime {
         *lock(&self.inner.sync_fault) = Some(SyncFault { plugin: name.into(), after_chunks });
     }
 
-    /// Adds pod `pod` and sends `RunPodSandbox`. On a plugin error the pod is removed again
-    /// (the CRI call fails).
-    pub async fn run_pod_sandbox(&self, pod: api::PodSandbox) -> Result<(), RuntimeError> {
+    /// Adds pod `pod` and sends `RunPodSandbox`. A pod without a pid gets one (containerd's
+    /// sandbox task has one by then). On a plugin error the pod is removed again (the CRI call
+    /// fails).
+    pub async fn run_pod_sandbox(&self, mut pod: api::PodSandbox) -> Result<(), RuntimeError> {
         let _l = self.inner.lifecycle.lock().await;
-        lock(&self.inner.data).pods.insert(pod.id.clone(), pod.clone());
+        {
+            let mut d = lock(&self.inner.data);
+            if pod.pid == 0 {
+                d.last_pid += 1;
+                pod.pid = 1000 + d.last_pid;
+            }
+            d.pods.insert(pod.id.clone(), pod.clone());
+        }
         let r = self.inner.broadcast(Event::RunPodSandbox, &pod, None).await;
-        if r.is_err() {
-            lock(&self.inner.data).pods.remove(&pod.id);
+        {
+            let mut d = lock(&self.inner.data);
+            d.tell(&pod.id, Some(Told::Running));
+            if r.is_err() {
+                d.pods.remove(&pod.id);
+            }
         }
         self.inner.remove_closed();
         r
     }
 
-    /// Sends `StopPodSandbox`.
+    /// Stops pod `pod_id`'s sandbox: it turns NotReady (pid 0); `StopPodSandbox` is sent when
+    /// the NRI layer has not yet reported it stopped (so at most once, and never for a pod that
+    /// lived through a [`Runtime::restart`]).
     pub async fn stop_pod_sandbox(&self, pod_id: &str) -> Result<(), RuntimeError> {
         let _l = self.inner.lifecycle.lock().await;
         let pod = self.inner.pod(pod_id)?;
-        let r = self.inner.broadcast(Event::StopPodSandbox, &pod, None).await;
+        let tell = lock(&self.inner.data).needs_stopping(pod_id);
+        let r = if tell { self.inner.broadcast(Event::StopPodSandbox, &pod, None).await } else { Ok(()) };
+        {
+            let mut d = lock(&self.inner.data);
+            if tell {
+                d.tell(pod_id, Some(Told::Stopped));
+            }
+            if let Some(p) = d.pods.get_mut(pod_id) {
+                p.pid = 0;
+            }
+        }
         self.inner.remove_closed();
         r
     }
 
-    /// Sends `RemovePodSandbox` and forgets the pod and its containers.
+    /// Removes pod `pod_id` and its containers; `RemovePodSandbox` is sent when the NRI layer
+    /// knows the pod (not after a [`Runtime::restart`]).
     pub async fn remove_pod_sandbox(&self, pod_id: &str) -> Result<(), RuntimeError> {
         let _l = self.inner.lifecycle.lock().await;
         let pod = self.inner.pod(pod_id)?;
-        let r = self.inner.broadcast(Event::RemovePodSandbox, &pod, None).await;
+        let tell = lock(&self.inner.data).needs_removal(pod_id);
+        let r = if tell { self.inner.broadcast(Event::RemovePodSandbox, &pod, None).await } else { Ok(()) };
         {
             let mut d = lock(&self.inner.data);
+            d.tell(pod_id, None);
             d.pods.remove(pod_id);
-            d.containers.retain(|_, c| c.pod_sandbox_id != pod_id);
+            let gone: Vec<String> =
+                d.containers.values().filter(|c| c.pod_sandbox_id == pod_id).map(|c| c.id.clone()).collect();
+            for id in gone {
+                d.containers.remove(&id);
+                d.tell(&id, None);
+            }
         }
         self.inner.remove_closed();
         r
@@ -506,8 +619,12 @@ impl Runtime {
         let (pod, ctr) = self.inner.pod_and_container(id)?;
         let mut r = self.inner.broadcast(Event::StartContainer, &pod, Some(&ctr)).await;
         if r.is_ok() {
-            if let Some(c) = lock(&self.inner.data).containers.get_mut(id) {
-                c.state = api::ContainerState::CONTAINER_RUNNING.into();
+            {
+                let mut d = lock(&self.inner.data);
+                if let Some(c) = d.containers.get_mut(id) {
+                    c.state = api::ContainerState::CONTAINER_RUNNING.into();
+                }
+                d.tell(id, Some(Told::Running));
             }
             let (pod, ctr) = self.inner.pod_and_container(id)?;
             r = self.inner.broadcast(Event::PostStartContainer, &pod, Some(&ctr)).await;
@@ -531,8 +648,8 @@ impl Runtime {
         self.inner.pod_and_container(id).map(|(_, c)| c)
     }
 
-    /// Sends `StopContainer` (applying the updates of other containers plugins return); the
-    /// container is then stopped.
+    /// Stops container `id`: `StopContainer` (applying the updates of other containers plugins
+    /// return) when the NRI layer has not yet reported it stopped; the container is then stopped.
     pub async fn stop_container(&self, id: &str) -> Result<(), RuntimeError> {
         let _l = self.inner.lifecycle.lock().await;
         let r = self.inner.stop_container(id).await;
@@ -540,12 +657,23 @@ impl Runtime {
         r
     }
 
-    /// Sends `RemoveContainer` and forgets the container.
+    /// Removes container `id`: stopped first if need be, then `RemoveContainer` when the NRI
+    /// layer knows it; then forgotten.
     pub async fn remove_container(&self, id: &str) -> Result<(), RuntimeError> {
         let _l = self.inner.lifecycle.lock().await;
-        let (pod, ctr) = self.inner.pod_and_container(id)?;
-        let r = self.inner.broadcast(Event::RemoveContainer, &pod, Some(&ctr)).await;
-        lock(&self.inner.data).containers.remove(id);
+        let tell = lock(&self.inner.data).needs_removal(id);
+        let mut r = Ok(());
+        if tell {
+            r = self.inner.stop_container(id).await;
+            let (pod, ctr) = self.inner.pod_and_container(id)?;
+            let removed = self.inner.broadcast(Event::RemoveContainer, &pod, Some(&ctr)).await;
+            r = r.and(removed);
+        }
+        {
+            let mut d = lock(&self.inner.data);
+            d.containers.remove(id);
+            d.tell(id, None);
+        }
         self.inner.remove_closed();
         r
     }
@@ -686,8 +814,11 @@ impl Inner {
         {
             let mut d = lock(&self.data);
             d.containers.insert(ctr.id.clone(), ctr.clone());
-            apply_updates(&mut d, &updates.into_vec());
+            d.tell(&ctr.id, Some(Told::Created));
         }
+        let updates = updates.into_vec();
+        self.record_create_updates(updates.len());
+        self.apply_updates(&updates).await;
         self.broadcast(Event::PostCreateContainer, &pod, Some(ctr)).await
     }
 
@@ -735,19 +866,24 @@ impl Inner {
                 updates.add(&mut owners, u, &p.name).map_err(RuntimeError::Merge)?;
             }
         }
-        {
-            let mut d = lock(&self.data);
-            if let Some(c) = d.containers.get_mut(id) {
-                merge::apply_resources(merge::container_resources(c), &resources);
-            }
-            apply_updates(&mut d, &updates.into_vec());
+        if let Some(c) = lock(&self.data).containers.get_mut(id) {
+            merge::apply_resources(merge::container_resources(c), &resources);
         }
+        self.apply_updates(&updates.into_vec()).await;
         let (pod, ctr) = self.pod_and_container(id)?;
         self.broadcast(Event::PostUpdateContainer, &pod, Some(&ctr)).await
     }
 
+    /// Stops container `id`, telling plugins when the NRI layer has not yet (`stopContainer`).
     async fn stop_container(&self, id: &str) -> Result<(), RuntimeError> {
         let (pod, ctr) = self.pod_and_container(id)?;
+        if !lock(&self.data).needs_stopping(id) {
+            if let Some(c) = lock(&self.data).containers.get_mut(id) {
+                c.state = api::ContainerState::CONTAINER_STOPPED.into();
+            }
+            return Ok(());
+        }
+        lock(&self.data).tell(id, Some(Told::Stopped));
         let mut owners = merge::Owners::default();
         let mut updates = merge::Updates::default();
         for p in self.active() {
@@ -763,11 +899,10 @@ impl Inner {
                 updates.add(&mut owners, u, &p.name).map_err(RuntimeError::Merge)?;
             }
         }
-        let mut d = lock(&self.data);
-        if let Some(c) = d.containers.get_mut(id) {
+        if let Some(c) = lock(&self.data).containers.get_mut(id) {
             c.state = api::ContainerState::CONTAINER_STOPPED.into();
         }
-        apply_updates(&mut d, &updates.into_vec());
+        self.apply_updates(&updates.into_vec()).await;
         Ok(())
     }
 
@@ -775,7 +910,27 @@ impl Inner {
     /// number of messages sent and the updates, or why the plugin must be closed.
     async fn synchronize(&self, p: &PluginConn) -> Result<(usize, Vec<api::ContainerUpdate>), String> {
         let (pods, ctrs): (Vec<_>, Vec<_>) = {
-            let d = lock(&self.data);
+            let mut d = lock(&self.data);
+            // Upstream's syncPlugin: the NRI layer's state is rebuilt for containers (pods are
+            // left as they are: after a restart, unknown).
+            let states: Vec<(String, Option<Told>)> = d
+                .containers
+                .values()
+                .map(|c| {
+                    let told = match c.state.enum_value_or_default() {
+                        api::ContainerState::CONTAINER_CREATED => Some(Told::Created),
+                        api::ContainerState::CONTAINER_RUNNING | api::ContainerState::CONTAINER_PAUSED => {
+                            Some(Told::Running)
+                        }
+                        api::ContainerState::CONTAINER_STOPPED => Some(Told::Stopped),
+                        _ => None,
+                    };
+                    (c.id.clone(), told)
+                })
+                .collect();
+            for (id, told) in states {
+                d.tell(&id, told);
+            }
             (d.pods.values().cloned().collect(), d.containers.values().cloned().collect())
         };
         let fault = {
@@ -836,20 +991,39 @@ impl Inner {
     }
 }
 
-/// Applies merged updates to the stored containers; returns the ids not found.
-fn apply_updates(d: &mut Data, updates: &[api::ContainerUpdate]) -> Vec<String> {
-    let mut failed = Vec::new();
-    for u in updates {
-        match d.containers.get_mut(&u.container_id) {
-            Some(c) => {
-                if let Some(res) = u.linux.as_ref().and_then(|l| l.resources.as_ref()) {
-                    merge::apply_resources(merge::container_resources(c), res);
+impl Inner {
+    /// Applies updates to the stored containers one at a time, each costing
+    /// [`RuntimeOptions::update_cost`] (the caller holds the lifecycle lock, as containerd holds
+    /// its NRI lock through `applyUpdates`); returns the ids not found.
+    async fn apply_updates(&self, updates: &[api::ContainerUpdate]) -> Vec<String> {
+        let mut failed = Vec::new();
+        for u in updates {
+            {
+                let mut d = lock(&self.data);
+                match d.containers.get_mut(&u.container_id) {
+                    Some(c) => {
+                        if let Some(res) = u.linux.as_ref().and_then(|l| l.resources.as_ref()) {
+                            merge::apply_resources(merge::container_resources(c), res);
+                        }
+                    }
+                    None => {
+                        failed.push(u.container_id.clone());
+                        continue;
+                    }
                 }
             }
-            None => failed.push(u.container_id.clone()),
+            if !self.opts.update_cost.is_zero() {
+                tokio::time::sleep(self.opts.update_cost).await;
+            }
+        }
+        failed
+    }
+
+    fn record_create_updates(&self, n: usize) {
+        if n > 0 {
+            self.record(HarnessEvent::CreateUpdates { updates: n });
         }
     }
-    failed
 }
 
 async fn dedicated(
@@ -968,9 +1142,12 @@ impl api::Runtime for RuntimeService {
         let Some(inner) = self.inner.upgrade() else {
             return Err(ttrpc::Error::RpcStatus(get_status(Code::UNAVAILABLE, "runtime stopped")));
         };
-        // containerd applies the updates and ignores the evictions (upstream's adaptation passes
-        // only `req.Update` on).
-        let failed_ids = apply_updates(&mut lock(&inner.data), &req.update);
+        // containerd applies the updates under its NRI lock (`updateFromPlugin`) and ignores the
+        // evictions (upstream's adaptation passes only `req.Update` on).
+        let failed_ids = {
+            let _l = inner.lifecycle.lock().await;
+            inner.apply_updates(&req.update).await
+        };
         let mut rpl = api::UpdateContainersResponse::new();
         rpl.failed =
             req.update.iter().filter(|u| failed_ids.contains(&u.container_id) && !u.ignore_failure).cloned().collect();
@@ -1077,10 +1254,7 @@ async fn setup_plugin(inner: &Arc<Inner>, stream: tokio::net::UnixStream) {
         let _l = inner.lifecycle.lock().await;
         match inner.synchronize(&conn).await {
             Ok((chunks, updates)) => {
-                {
-                    let mut d = lock(&inner.data);
-                    apply_updates(&mut d, &updates);
-                }
+                inner.apply_updates(&updates).await;
                 let mut plugins = lock(&inner.plugins);
                 plugins.push(conn.clone());
                 plugins.sort_by(|a, b| (&a.index, &a.name).cmp(&(&b.index, &b.name)));
