@@ -11,6 +11,14 @@ use weft_record::usage::DEFAULT_GPU_RESOURCE;
 /// supports in one cluster.
 pub const DEFAULT_MAX_NODES_PER_REQUEST: usize = 10_000;
 
+/// Default of [`ExtenderConfig::max_body_bytes`]: 1 GiB, twice vc-scheduler's BatchNodeOrderFn
+/// body for 5,000 nodes × 30 pods (BENCHMARKS.md, "Extender request sizes").
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 30;
+
+/// Default of [`ExtenderConfig::max_decoded_bytes`]: 64 MiB, above a 5,000-node `Nodes` list
+/// (~25–50 MiB).
+pub const DEFAULT_MAX_DECODED_BYTES: usize = 64 << 20;
+
 /// Settings of the scheduler extender (decisions and HTTP server).
 #[derive(Clone, Debug)]
 pub struct ExtenderConfig {
@@ -27,8 +35,14 @@ pub struct ExtenderConfig {
     /// Path prefix of the verbs: `""` serves `/filter` and `/prioritize`; `"/weft"` serves
     /// `/weft/filter` and `/weft/prioritize`. `urlPrefix` in the scheduler config must end with it.
     pub path_prefix: String,
-    /// Largest request body accepted (default 64 MiB; a 5,000-node `Nodes` list is ~25–50 MiB).
+    /// Bytes one request body may send in all ([`DEFAULT_MAX_BODY_BYTES`]). Bodies are decoded
+    /// as they arrive and what weft does not read is dropped as it goes ([`crate::stream`]), so
+    /// this bounds reading time, not memory.
     pub max_body_bytes: usize,
+    /// JSON text one request may have decoded and kept (the pod, node objects, node names), and
+    /// the largest single value held to decode: one Node, one Volcano `NodeInfo` with its tasks, a
+    /// bind body ([`DEFAULT_MAX_DECODED_BYTES`]). This bounds a request's memory.
+    pub max_decoded_bytes: usize,
     /// Time allowed to read a request and decide (default 3 s, inside kube-scheduler's default
     /// `httpTimeout` of 5 s). Decisions stop at this deadline too, so a request given up on does
     /// not keep a worker busy.
@@ -57,7 +71,8 @@ impl Default for ExtenderConfig {
             score_config: ScoreConfig::default(),
             neutral_score: 5,
             path_prefix: String::new(),
-            max_body_bytes: 64 << 20,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_decoded_bytes: DEFAULT_MAX_DECODED_BYTES,
             request_timeout: Duration::from_secs(3),
             max_nodes_per_request: DEFAULT_MAX_NODES_PER_REQUEST,
             max_concurrent_decisions: std::thread::available_parallelism().map_or(2, usize::from),

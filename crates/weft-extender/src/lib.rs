@@ -20,6 +20,7 @@ pub mod decision;
 pub mod kube_view;
 pub mod reservations;
 pub mod server;
+pub mod stream;
 pub mod view;
 pub mod volcano;
 pub mod wire;

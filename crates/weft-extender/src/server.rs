@@ -47,9 +47,12 @@ use crate::cache::{PreparedTopology, Resolved, TopologyCache};
 use crate::config::ExtenderConfig;
 use crate::decision::{self, Deadline, Expired, NodeState, NodeVfs, PodAsk, Verdict};
 use crate::reservations::{Reservations, shown_in};
+use crate::stream::{self, BodyReader, JsonStream, StreamError, StreamLimits};
 use crate::view::ClusterView;
 use crate::volcano;
-use crate::wire::{ExtenderArgs, ExtenderBindingArgs, ExtenderFilterResult, HostPriority, HostPriorityList, NodeList};
+use crate::wire::{
+    self, ExtenderArgs, ExtenderBindingArgs, ExtenderFilterResult, HostPriority, HostPriorityList, NodeList,
+};
 use weft_kube::http::ServeOptions;
 use weft_record::usage::{PodRef, gpus_in_use};
 use weft_record::vf_usage::vfs_in_use;
@@ -215,6 +218,11 @@ impl ExtenderState {
     /// The topology cache.
     pub fn cache(&self) -> &TopologyCache {
         &self.cache
+    }
+
+    /// The bounds of one request body ([`crate::stream`]).
+    pub fn stream_limits(&self) -> StreamLimits {
+        StreamLimits { max_body_bytes: self.cfg.max_body_bytes as u64, max_decoded_bytes: self.cfg.max_decoded_bytes }
     }
 
     /// Answer a filter request. Problems with the request become `Error` in the result.
@@ -551,29 +559,71 @@ fn json_response(bytes: Vec<u8>) -> Response {
     (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], bytes).into_response()
 }
 
-async fn read_body(body: Body, limit: usize, headers: &HeaderMap) -> Result<Bytes, Failure> {
+/// 413 at once when the declared `Content-Length` is over `limit` (set by `flag`).
+fn refuse_declared_oversize(headers: &HeaderMap, (limit, flag): (usize, &str)) -> Result<(), Failure> {
     let declared =
         headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    let too_large =
-        || Failure(StatusCode::PAYLOAD_TOO_LARGE, format!("request body is larger than the {limit}-byte limit"));
     if declared.is_some_and(|n| n > limit as u64) {
-        return Err(too_large());
+        return Err(too_large(limit, flag));
     }
+    Ok(())
+}
+
+fn too_large(limit: usize, flag: &str) -> Failure {
+    Failure(StatusCode::PAYLOAD_TOO_LARGE, format!("request body is larger than the {limit}-byte limit ({flag})"))
+}
+
+/// Read a small body whole (bind, Volcano's allocate and deallocate events: one pod's worth), at
+/// most `max_decoded_bytes`, holding a decision slot while it reads so that the bodies held at
+/// once are bounded like the decisions.
+async fn read_small_body(state: &ExtenderState, body: Body, headers: &HeaderMap) -> Result<Bytes, Failure> {
+    let limit = state.cfg.max_decoded_bytes.min(state.cfg.max_body_bytes);
+    let flag = if limit == state.cfg.max_decoded_bytes { "--max-decoded-bytes" } else { "--max-body-bytes" };
+    refuse_declared_oversize(headers, (limit, flag))?;
+    let _slot = state.deciding.acquire().await.map_err(shutting_down)?;
     axum::body::to_bytes(body, limit).await.map_err(|e| {
         let over = std::error::Error::source(&e)
             .is_some_and(|s| s.downcast_ref::<http_body_util::LengthLimitError>().is_some())
             || e.to_string().contains("length limit");
-        if over { too_large() } else { Failure(StatusCode::BAD_REQUEST, format!("cannot read request body: {e}")) }
+        if over {
+            too_large(limit, flag)
+        } else {
+            Failure(StatusCode::BAD_REQUEST, format!("cannot read request body: {e}"))
+        }
     })
 }
 
-fn decode_args(bytes: &[u8], verb: &str) -> Result<ExtenderArgs, Failure> {
-    serde_json::from_slice(bytes).map_err(|e| {
-        Failure(
-            StatusCode::BAD_REQUEST,
-            format!("{verb}: body is not ExtenderArgs JSON (line {}, column {}): {e}", e.line(), e.column()),
-        )
-    })
+fn shutting_down(e: tokio::sync::AcquireError) -> Failure {
+    Failure(StatusCode::SERVICE_UNAVAILABLE, format!("weft extender is shutting down: {e}"))
+}
+
+/// What a body that could not be read or decoded gets: 413 for its size, 400 for its content, the
+/// timeout's answer when the deadline passed. `what` starts the message (`filter: body is not
+/// ExtenderArgs JSON`).
+fn unreadable(e: StreamError, what: &str) -> Unanswered {
+    match e {
+        StreamError::Expired => Unanswered::TimedOut,
+        e if e.is_too_large() => Failure(StatusCode::PAYLOAD_TOO_LARGE, e.to_string()).into(),
+        e @ StreamError::Read(_) => Failure(StatusCode::BAD_REQUEST, e.to_string()).into(),
+        e => Failure(StatusCode::BAD_REQUEST, format!("{what}: {e}")).into(),
+    }
+}
+
+/// Read `ExtenderArgs`; a request naming too many nodes is `Ok(Err(message))`, for the verb to
+/// answer as it answers other unanswerable requests.
+fn read_extender_args(
+    st: &ExtenderState,
+    stream: &mut JsonStream<BodyReader>,
+    verb: &str,
+) -> Result<Result<ExtenderArgs, String>, Unanswered> {
+    match wire::read_args(stream, st.cfg.max_nodes_per_request) {
+        Ok(args) => Ok(Ok(args)),
+        Err(e @ StreamError::TooManyNodes { .. }) => {
+            tracing::warn!(error = %e, bytes_read = stream.read_bytes(), "{verb} request refused");
+            Ok(Err(e.to_string()))
+        }
+        Err(e) => Err(unreadable(e, &format!("{verb}: body is not ExtenderArgs JSON"))),
+    }
 }
 
 async fn filter_handler(State(state): State<Arc<ExtenderState>>, headers: HeaderMap, body: Body) -> Response {
@@ -594,7 +644,7 @@ async fn bind_handler(State(state): State<Arc<ExtenderState>>, headers: HeaderMa
     let (start, metrics) = (std::time::Instant::now(), state.metrics.clone());
     let timeout = state.cfg.request_timeout;
     let work = async {
-        let bytes = read_body(body, state.cfg.max_body_bytes, &headers).await?;
+        let bytes = read_small_body(&state, body, &headers).await?;
         let args: ExtenderBindingArgs = serde_json::from_slice(&bytes).map_err(|e| {
             Failure(StatusCode::BAD_REQUEST, format!("bind: body is not ExtenderBindingArgs JSON: {e}"))
         })?;
@@ -614,6 +664,15 @@ async fn bind_handler(State(state): State<Arc<ExtenderState>>, headers: HeaderMa
     response
 }
 
+/// Aborts the task when dropped (a request given up stops feeding its body to the decoder).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Why a request got no decision.
 enum Unanswered {
     /// Bad input or an internal failure, with the status and message to send.
@@ -628,25 +687,27 @@ impl From<Failure> for Unanswered {
     }
 }
 
-/// Reads the body, waits for a decision slot and runs `decide` on a blocking thread, all within
-/// the request timeout; `decide` gets the deadline so it stops when the time is up. The slot is
-/// held until `decide` returns, even when the answer was already given up.
+/// Waits for a decision slot, then runs `decide` on a blocking thread over the body as it arrives
+/// ([`crate::stream`]: the body is read only as fast as `decide` decodes it, and never held
+/// whole), all within the request timeout; `decide` gets the deadline so it stops when the time
+/// is up, and the body stops reaching it when the answer was given up. The slot is held until
+/// `decide` returns.
 async fn decide<F>(state: Arc<ExtenderState>, headers: HeaderMap, body: Body, decide: F) -> Result<Vec<u8>, Unanswered>
 where
-    F: FnOnce(&ExtenderState, Bytes, Deadline) -> Result<Vec<u8>, Unanswered> + Send + 'static,
+    F: FnOnce(&ExtenderState, &mut JsonStream<BodyReader>, Deadline) -> Result<Vec<u8>, Unanswered> + Send + 'static,
 {
     let timeout = state.cfg.request_timeout;
     let deadline = Deadline::at(std::time::Instant::now() + timeout);
     let work = async move {
-        let bytes = read_body(body, state.cfg.max_body_bytes, &headers).await?;
-        let slot =
-            state.deciding.clone().acquire_owned().await.map_err(|e| {
-                Failure(StatusCode::SERVICE_UNAVAILABLE, format!("weft extender is shutting down: {e}"))
-            })?;
+        refuse_declared_oversize(&headers, (state.cfg.max_body_bytes, "--max-body-bytes"))?;
+        let slot = state.deciding.clone().acquire_owned().await.map_err(shutting_down)?;
+        let (reader, feed) = stream::body_reader(body);
+        let _feed = AbortOnDrop(tokio::spawn(feed));
         let st = state.clone();
         let job = tokio::task::spawn_blocking(move || {
             let _slot = slot;
-            decide(&st, bytes, deadline)
+            let mut body = JsonStream::new(reader, st.stream_limits()).with_deadline(deadline);
+            decide(&st, &mut body, deadline)
         });
         job.await.unwrap_or_else(|e| {
             Err(Failure(StatusCode::SERVICE_UNAVAILABLE, format!("weft extender internal error: {e}")).into())
@@ -660,8 +721,11 @@ where
 
 async fn filter_inner(state: Arc<ExtenderState>, headers: HeaderMap, body: Body) -> Response {
     let timeout = state.cfg.request_timeout;
-    let decided = decide(state, headers, body, |st, bytes, deadline| {
-        let args = decode_args(&bytes, "filter")?;
+    let decided = decide(state, headers, body, |st, body, deadline| {
+        let args = match read_extender_args(st, body, "filter")? {
+            Ok(args) => args,
+            Err(error) => return Ok(encode(&ExtenderFilterResult { error, ..ExtenderFilterResult::default() })?),
+        };
         let result = st.filter_until(args, deadline).map_err(|_| Unanswered::TimedOut)?;
         Ok(encode(&result)?)
     })
@@ -686,8 +750,9 @@ async fn prioritize_inner(state: Arc<ExtenderState>, headers: HeaderMap, body: B
             .get(DEBUG_HEADER)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "1");
-    let decided = decide(state, headers, body, move |st, bytes, deadline| {
-        let args = decode_args(&bytes, "prioritize")?;
+    let decided = decide(state, headers, body, move |st, body, deadline| {
+        let args = read_extender_args(st, body, "prioritize")?
+            .map_err(|e| Failure(StatusCode::BAD_REQUEST, format!("prioritize: {e}")))?;
         match st.prioritize_until(&args, with_reasons, deadline) {
             Ok(list) => Ok(encode(&list)?),
             Err(ExtenderError::Expired(_)) => Err(Unanswered::TimedOut),
@@ -735,24 +800,37 @@ fn decode_volcano<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> R
     })
 }
 
-/// A vc-scheduler verb answered by a decision (predicate, prioritize): the body decoded as `R`,
-/// `answer` run under the decision slots and the request deadline, `timed_out` sent when time ran
-/// out. `(verb, metric)`: the route's verb and the verb label of the request metrics.
+/// How a vc-scheduler verb reads its body: the stream and the node limit.
+type VolcanoReader<R> = fn(&mut JsonStream<BodyReader>, usize) -> Result<R, StreamError>;
+/// How a vc-scheduler verb answers what it read, within the deadline.
+type VolcanoAnswer<R, A> = fn(&ExtenderState, R, Deadline) -> Result<A, Expired>;
+
+/// A vc-scheduler verb answered by a decision (predicate, prioritize): the body read by `read`,
+/// `answer` run under the decision slots and the request deadline, `refused` sent with the reason
+/// when time ran out or the request names too many nodes. `(verb, metric)`: the route's verb and
+/// the verb label of the request metrics.
 async fn volcano_decision<R, A>(
     state: Arc<ExtenderState>,
     headers: HeaderMap,
     body: Body,
     (verb, metric): (&'static str, &'static str),
-    answer: fn(&ExtenderState, R, Deadline) -> Result<A, Expired>,
-    timed_out: fn(String) -> A,
+    (read, answer): (VolcanoReader<R>, VolcanoAnswer<R, A>),
+    refused: fn(String) -> A,
 ) -> Response
 where
-    R: serde::de::DeserializeOwned + 'static,
+    R: 'static,
     A: serde::Serialize + 'static,
 {
     let (start, metrics, timeout) = (std::time::Instant::now(), state.metrics.clone(), state.cfg.request_timeout);
-    let decided = decide(state, headers, body, move |st, bytes, deadline| {
-        let request = decode_volcano(&bytes, verb)?;
+    let decided = decide(state, headers, body, move |st, body, deadline| {
+        let request = match read(body, st.cfg.max_nodes_per_request) {
+            Ok(request) => request,
+            Err(e @ StreamError::TooManyNodes { .. }) => {
+                tracing::warn!(error = %e, bytes_read = body.read_bytes(), "volcano {verb} request refused");
+                return Ok(encode(&refused(e.to_string()))?);
+            }
+            Err(e) => return Err(unreadable(e, &format!("volcano {verb}: body is not vc-scheduler's request JSON"))),
+        };
         Ok(encode(&answer(st, request, deadline).map_err(|_| Unanswered::TimedOut)?)?)
     })
     .await;
@@ -760,7 +838,7 @@ where
         Ok(bytes) => json_response(bytes),
         Err(Unanswered::Failed(failure)) => failure.into_response(),
         Err(Unanswered::TimedOut) => {
-            respond(&timed_out(format!("weft extender: {verb} did not finish within {timeout:?}")))
+            respond(&refused(format!("weft extender: {verb} did not finish within {timeout:?}")))
         }
     };
     metrics.observe(metric, response.status(), start.elapsed());
@@ -777,7 +855,7 @@ async fn volcano_predicate_handler(
         headers,
         body,
         ("predicate", "volcano_predicate"),
-        ExtenderState::volcano_predicate,
+        (|body, _| volcano::read_predicate(body), ExtenderState::volcano_predicate),
         |error_message| volcano::PredicateResponse { error_message, code: volcano::ERROR },
     )
     .await
@@ -793,7 +871,7 @@ async fn volcano_prioritize_handler(
         headers,
         body,
         ("prioritize", "volcano_prioritize"),
-        ExtenderState::volcano_prioritize,
+        (volcano::read_prioritize, ExtenderState::volcano_prioritize),
         |error_message| volcano::PrioritizeResponse { node_score: BTreeMap::new(), error_message },
     )
     .await
@@ -804,7 +882,7 @@ async fn volcano_event(state: Arc<ExtenderState>, headers: HeaderMap, body: Body
     let (start, metrics, timeout) = (std::time::Instant::now(), state.metrics.clone(), state.cfg.request_timeout);
     let what = event.verb();
     let work = async {
-        let bytes = read_body(body, state.cfg.max_body_bytes, &headers).await?;
+        let bytes = read_small_body(&state, body, &headers).await?;
         let request = decode_volcano(&bytes, what)?;
         Ok::<_, Failure>(match event {
             volcano::Event::Allocate => state.volcano_allocate(request).await,

@@ -9,14 +9,21 @@
 //! A Node received in `Nodes` is kept as the exact JSON text it arrived in ([`WireNode`]), so that
 //! the filter response hands the scheduler back the same objects, including fields newer than the
 //! `k8s-openapi` version this crate is built with.
+//!
+//! The server reads requests with [`read_args`], which walks the body as it arrives
+//! ([`crate::stream`]): it counts candidate nodes while decoding and stops at the first one over
+//! the limit, so an oversized list is refused after reading only as much of it as the limit allows.
 
 use std::collections::BTreeMap;
+use std::io::Read;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use serde::de::{Deserializer, Error as _};
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::value::RawValue;
+
+use crate::stream::{JsonStream, StreamError};
 
 /// Lowest score a prioritize response may give (`MinExtenderPriority`).
 pub const MIN_EXTENDER_PRIORITY: i64 = 0;
@@ -108,6 +115,63 @@ pub struct ExtenderArgs {
     /// Candidate node names (`nodeCacheCapable: true`).
     #[serde(rename = "NodeNames", alias = "nodeNames", alias = "nodenames", alias = "NODENAMES", default)]
     pub node_names: Option<Vec<String>>,
+}
+
+/// Read an [`ExtenderArgs`] body from `stream`, stopping at the node `max_nodes + 1` (of `Nodes`
+/// or `NodeNames`) with [`StreamError::TooManyNodes`]. Keys match without regard to ASCII case, as
+/// Go's decoder matches them; unknown keys are skipped unread; the pod, the node objects and the
+/// names count as kept ([`JsonStream::kept`]). A repeated key replaces the earlier value, as in Go.
+pub fn read_args<R: Read>(stream: &mut JsonStream<R>, max_nodes: usize) -> Result<ExtenderArgs, StreamError> {
+    let mut args = ExtenderArgs::default();
+    stream.object("ExtenderArgs", |s, key| {
+        if key.eq_ignore_ascii_case("Pod") {
+            args.pod = s.kept("Pod")?;
+        } else if key.eq_ignore_ascii_case("Nodes") {
+            args.nodes = read_node_list(s, max_nodes)?;
+        } else if key.eq_ignore_ascii_case("NodeNames") {
+            args.node_names = read_names(s, "NodeNames", max_nodes)?;
+        } else {
+            s.skip()?;
+        }
+        Ok(())
+    })?;
+    stream.finish()?;
+    Ok(args)
+}
+
+fn read_node_list<R: Read>(s: &mut JsonStream<R>, max_nodes: usize) -> Result<Option<NodeList>, StreamError> {
+    let mut list = NodeList::default();
+    let present = s.object("Nodes", |s, key| {
+        if key.eq_ignore_ascii_case("metadata") {
+            list.metadata = s.kept::<Option<ListMeta>>("Nodes.metadata")?.unwrap_or_default();
+        } else if key.eq_ignore_ascii_case("items") {
+            list.items.clear();
+            s.array("Nodes.items", |s, i| {
+                if i >= max_nodes {
+                    return Err(StreamError::TooManyNodes { max: max_nodes });
+                }
+                list.items.push(s.kept(&format!("Nodes.items[{i}]"))?);
+                Ok(())
+            })?;
+        } else {
+            s.skip()?;
+        }
+        Ok(())
+    })?;
+    Ok(present.then_some(list))
+}
+
+/// A JSON array of node names, stopping at the name `max + 1`; `null` is `None`.
+pub fn read_names<R: Read>(s: &mut JsonStream<R>, what: &str, max: usize) -> Result<Option<Vec<String>>, StreamError> {
+    let mut names = Vec::new();
+    let present = s.array(what, |s, i| {
+        if i >= max {
+            return Err(StreamError::TooManyNodes { max });
+        }
+        names.push(s.kept(&format!("{what}[{i}]"))?);
+        Ok(())
+    })?;
+    Ok(present.then_some(names))
 }
 
 /// Node name → reason.

@@ -43,9 +43,14 @@ pub struct ExtenderArgs {
     /// /weft/volcano/...).
     #[arg(long, default_value = "")]
     path_prefix: String,
-    /// Largest request body, bytes.
-    #[arg(long, default_value_t = 64 << 20)]
+    /// Bytes one request body may send in all (read as it arrives; what weft does not read, such
+    /// as the task pods in vc-scheduler's NodeInfos, is dropped as it goes).
+    #[arg(long, default_value_t = weft_extender::config::DEFAULT_MAX_BODY_BYTES)]
     max_body_bytes: usize,
+    /// Bytes of JSON one request may have decoded and kept (its pod, node objects and names), and
+    /// the largest single value held to decode (one Node, one NodeInfo, a bind body).
+    #[arg(long, default_value_t = weft_extender::config::DEFAULT_MAX_DECODED_BYTES)]
+    max_decoded_bytes: usize,
     /// Time to read, decide and answer one request (kube-scheduler waits 5s by default). Decisions
     /// stop at this deadline too.
     #[arg(long, default_value = "3s", value_name = "DURATION", value_parser = crate::duration_arg::positive)]
@@ -119,6 +124,7 @@ pub fn run(a: ExtenderArgs) -> anyhow::Result<()> {
         neutral_score: a.neutral_score,
         path_prefix: a.path_prefix.clone(),
         max_body_bytes: a.max_body_bytes,
+        max_decoded_bytes: a.max_decoded_bytes,
         request_timeout: a.request_timeout_ms.map_or(a.request_timeout, Duration::from_millis),
         max_nodes_per_request: a.max_nodes_per_request,
         max_concurrent_decisions: a.max_concurrent_decisions.map_or(defaults.max_concurrent_decisions, |n| n as usize),
