@@ -8,12 +8,15 @@
 //! [`crate::reservations`], which filter, prioritize and the next bind count as used.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 use weft_alloc::{Policy, Request, allocate};
 use weft_net::joint::decide;
@@ -23,7 +26,7 @@ use weft_record::{GPU_DECISION_ANNOTATION, GPU_IDS_ANNOTATION, GpuDecision};
 
 use crate::claims::{allocated_vfs, claim_names};
 use crate::decision::PodAsk;
-use crate::reservations::{Reserved, shown_in};
+use crate::reservations::{NodeRecord, RECORD_ANNOTATION, Reserved, record_name, shown_in, wall_until};
 use crate::server::{ExtenderState, devices_in_use};
 use crate::volcano::{EventHandlerRequest, EventHandlerResponse, PIPELINED, event_pod};
 use crate::wire::{ExtenderBindingArgs, ExtenderBindingResult};
@@ -59,6 +62,9 @@ fn decision_annotations(node: &str, decided: &Decided) -> BTreeMap<String, Strin
     }
     out
 }
+
+/// How many times a decision is made again because another replica wrote the node's record first.
+const RECORD_ATTEMPTS: usize = 8;
 
 /// Who the decision says made it.
 pub const DECIDED_BY: &str = "weft-scheduler-extender";
@@ -136,18 +142,40 @@ pub trait PodBinder: Send + Sync {
         resource_version: Option<&str>,
         annotations: BTreeMap<String, Option<String>>,
     ) -> Result<(), String>;
+
+    /// `node`'s shared record of in-flight decisions (docs/scheduler-extender.md, "Replicas") and
+    /// the version it was read at; an empty record and `None` when there is none yet.
+    async fn node_record(&self, node: &str) -> Result<(Option<String>, NodeRecord), String>;
+
+    /// Writes `node`'s record: creates it when `version` is `None`, else replaces it only if it is
+    /// still at `version`. `Ok(false)` when another writer got there first.
+    async fn write_node_record(&self, node: &str, version: Option<&str>, record: &NodeRecord) -> Result<bool, String>;
 }
 
-/// [`PodBinder`] over the API server: GET the pod, POST its `binding` subresource.
+/// [`PodBinder`] over the API server: GET the pod, POST its `binding` subresource; the nodes'
+/// records are Leases ([`crate::reservations::record_name`]) in the extender's namespace.
 #[derive(Clone)]
 pub struct KubePodBinder {
     client: kube::Client,
+    record_namespace: String,
 }
 
 impl KubePodBinder {
-    /// A binder over `client`.
+    /// A binder over `client`, keeping the nodes' records in the client's default namespace (in a
+    /// cluster: the namespace of the extender's service account).
     pub fn new(client: kube::Client) -> KubePodBinder {
-        KubePodBinder { client }
+        let record_namespace = client.default_namespace().to_string();
+        KubePodBinder { client, record_namespace }
+    }
+
+    /// The same binder, keeping the nodes' records in `namespace`.
+    pub fn with_record_namespace(mut self, namespace: &str) -> KubePodBinder {
+        self.record_namespace = namespace.to_string();
+        self
+    }
+
+    fn leases(&self) -> Api<Lease> {
+        Api::namespaced(self.client.clone(), &self.record_namespace)
     }
 }
 
@@ -206,6 +234,51 @@ impl PodBinder for KubePodBinder {
             .map(|_| ())
             .map_err(|e| format!("recording the GPU decision on pod {namespace}/{name}: {e}"))
     }
+
+    async fn node_record(&self, node: &str) -> Result<(Option<String>, NodeRecord), String> {
+        let name = record_name(node);
+        let ns = &self.record_namespace;
+        let Some(lease) = self
+            .leases()
+            .get_opt(&name)
+            .await
+            .map_err(|e| format!("reading node {node}'s record (Lease {ns}/{name}): {e}"))?
+        else {
+            return Ok((None, NodeRecord::default()));
+        };
+        let value = lease.metadata.annotations.as_ref().and_then(|a| a.get(RECORD_ANNOTATION));
+        let record = NodeRecord::parse(value.map(String::as_str)).unwrap_or_else(|e| {
+            tracing::warn!(%node, lease = %format!("{ns}/{name}"), "{e}; read as empty");
+            NodeRecord::default()
+        });
+        Ok((lease.metadata.resource_version, record))
+    }
+
+    async fn write_node_record(&self, node: &str, version: Option<&str>, record: &NodeRecord) -> Result<bool, String> {
+        let name = record_name(node);
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(self.record_namespace.clone()),
+                resource_version: version.map(str::to_string),
+                annotations: Some(BTreeMap::from([(RECORD_ANNOTATION.to_string(), record.to_annotation())])),
+                labels: Some(BTreeMap::from([("app.kubernetes.io/managed-by".to_string(), DECIDED_BY.to_string())])),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec { holder_identity: Some(DECIDED_BY.to_string()), ..LeaseSpec::default() }),
+        };
+        let params = PostParams { field_manager: Some(DECIDED_BY.to_string()), ..PostParams::default() };
+        let written = match version {
+            None => self.leases().create(&params, &lease).await,
+            Some(_) => self.leases().replace(&name, &params, &lease).await,
+        };
+        match written {
+            Ok(_) => Ok(true),
+            // 409: Conflict (another version) or AlreadyExists (created meanwhile).
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+            Err(e) => Err(format!("writing node {node}'s record (Lease {}/{name}): {e}", self.record_namespace)),
+        }
+    }
 }
 
 impl ExtenderState {
@@ -246,11 +319,13 @@ impl ExtenderState {
                 check_subdomain("ResourceClaim name", &claim).map_err(|e| format!("pod {namespace}/{name}: {e}"))?;
                 claims.extend(binder.resource_claim(namespace, &claim).await?);
             }
-            self.decide_devices(node, &uid, &ask, &claims, &BTreeSet::new())?
+            self.decide_and_hold(binder, node, &uid, &ask, &claims, false).await?
         };
         let annotations = decided.as_ref().map(|d| decision_annotations(node, d)).unwrap_or_default();
         if let Err(e) = binder.bind(namespace, name, &uid, node, annotations).await {
-            self.reservations().release(node, &uid);
+            if decided.is_some() {
+                self.forget(binder, node, &uid).await;
+            }
             return Err(e);
         }
         tracing::debug!(pod = %format!("{namespace}/{name}"), %node, decided = ?decided, "bound");
@@ -286,7 +361,7 @@ impl ExtenderState {
             }
             match current.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
                 Some(bound) if bound == node => {
-                    self.reservations().unevict(node, &uid);
+                    self.update_record(binder, node, |record| record.unevict(&uid)).await?;
                     tracing::debug!(pod = %format!("{namespace}/{name}"), %node, "allocate for a bound pod: it keeps its GPUs");
                     return Ok(());
                 }
@@ -295,15 +370,13 @@ impl ExtenderState {
             }
             let ask =
                 PodAsk::of(&pod, &self.config().resource_name).map_err(|e| format!("pod {namespace}/{name}: {e}"))?;
-            let releasing = if task.status == PIPELINED {
-                self.reservations().evicted(node, Instant::now())
-            } else {
-                BTreeSet::new()
-            };
             // vc-scheduler allocates before DRA's PreBind: no claim has its devices yet.
-            let Some(decided) =
-                (if ask.is_empty() { None } else { self.decide_devices(node, &uid, &ask, &[], &releasing)? })
-            else {
+            let pipelined = task.status == PIPELINED;
+            let Some(decided) = (if ask.is_empty() {
+                None
+            } else {
+                self.decide_and_hold(binder, node, &uid, &ask, &[], pipelined).await?
+            }) else {
                 return Ok(());
             };
             let gpus = &decided.gpus;
@@ -311,7 +384,7 @@ impl ExtenderState {
             // Written only onto the pod as read: a pod bound (or changed) since fails with 409.
             let version = current.metadata.resource_version.as_deref();
             if let Err(e) = binder.annotate(&namespace, &name, &uid, version, annotations).await {
-                self.reservations().release(node, &uid);
+                self.forget(binder, node, &uid).await;
                 return Err(e);
             }
             tracing::debug!(pod = %format!("{namespace}/{name}"), %node, ?gpus, "vc-scheduler allocation recorded");
@@ -333,19 +406,19 @@ impl ExtenderState {
             let PodRef { namespace, name } = PodRef::of(&pod);
             let uid = pod.metadata.uid.clone().unwrap_or_default();
             let node = task.node_name.as_str();
-            self.reservations().release(node, &uid);
+            if node.is_empty() {
+                return Ok(());
+            }
             // The pod as it is now: the task's copy predates the allocation's record.
-            let Some(current) = binder.pod(&namespace, &name).await? else { return Ok(()) };
-            if current.metadata.uid.as_deref() != Some(uid.as_str()) {
-                return Ok(());
+            let current = binder.pod(&namespace, &name).await?;
+            let current = current.filter(|p| p.metadata.uid.as_deref() == Some(uid.as_str()));
+            let bound = current.as_ref().and_then(|p| p.spec.as_ref()?.node_name.clone());
+            if bound.as_deref() == Some(node) {
+                let until = wall_until(Timestamp::now(), self.reservations().ttl());
+                return self.update_record(binder, node, |record| record.evict(&uid, until)).await;
             }
-            let bound = current.spec.as_ref().and_then(|s| s.node_name.as_deref());
-            if bound.is_some() {
-                if bound == Some(node) {
-                    self.reservations().evict(node, &uid, Instant::now());
-                }
-                return Ok(());
-            }
+            self.forget(binder, node, &uid).await;
+            let Some(current) = current.filter(|_| bound.is_none()) else { return Ok(()) };
             let recorded = current.metadata.annotations.as_ref().and_then(|a| a.get(GPU_DECISION_ANNOTATION));
             let ours = recorded.and_then(|v| GpuDecision::from_annotation(v).ok()).is_some_and(|d| d.node == node);
             if !ours {
@@ -362,6 +435,68 @@ impl ExtenderState {
         EventHandlerResponse { error_message: outcome.err().unwrap_or_default() }
     }
 
+    /// Decides the pod `uid`'s devices on `node` ([`Self::decide_devices`]) and holds them in the
+    /// node's shared record before answering, so no other replica can give them away: the record
+    /// is read, the decision made over what it and the view hold, and the record written back only
+    /// if it is still at the version read. When another replica wrote it first, the decision is
+    /// made again over the new record. Within this replica, decisions for one node take turns.
+    async fn decide_and_hold(
+        &self,
+        binder: &Arc<dyn PodBinder>,
+        node: &str,
+        uid: &str,
+        ask: &PodAsk,
+        claims: &[ResourceClaim],
+        pipelined: bool,
+    ) -> Result<Option<Decided>, String> {
+        let _turn = self.reservations().turn(node).await;
+        for _ in 0..RECORD_ATTEMPTS {
+            let (version, mut record) = binder.node_record(node).await?;
+            let Some(decided) = self.decide_devices(node, uid, ask, claims, pipelined, &mut record)? else {
+                return Ok(None);
+            };
+            match binder.write_node_record(node, version.as_deref(), &record).await {
+                Ok(true) => return Ok(Some(decided)),
+                Ok(false) => self.reservations().release(node, uid),
+                Err(e) => {
+                    self.reservations().release(node, uid);
+                    return Err(e);
+                }
+            }
+        }
+        Err(format!("node {node}: its reservation record changed {RECORD_ATTEMPTS} times while deciding; try again"))
+    }
+
+    /// Changes `node`'s shared record with `change` and writes it back at the version read,
+    /// reading again after a conflict; nothing is written when `change` changes nothing.
+    async fn update_record(
+        &self,
+        binder: &Arc<dyn PodBinder>,
+        node: &str,
+        mut change: impl FnMut(&mut NodeRecord),
+    ) -> Result<(), String> {
+        let _turn = self.reservations().turn(node).await;
+        for _ in 0..RECORD_ATTEMPTS {
+            let (version, mut record) = binder.node_record(node).await?;
+            let before = record.clone();
+            change(&mut record);
+            if record == before || binder.write_node_record(node, version.as_deref(), &record).await? {
+                return Ok(());
+            }
+        }
+        Err(format!("node {node}: its reservation record changed {RECORD_ATTEMPTS} times while updating it"))
+    }
+
+    /// Ends the pod `uid`'s hold on `node` (its bind or allocation failed, or was taken back):
+    /// in this replica's ledger and in the node's record. A record that cannot be written is
+    /// logged; its entry then ends at its expiry.
+    async fn forget(&self, binder: &Arc<dyn PodBinder>, node: &str, uid: &str) {
+        self.reservations().release(node, uid);
+        if let Err(e) = self.update_record(binder, node, |record| record.release(uid)).await {
+            tracing::warn!(%node, pod_uid = %uid, "the reservation stays in the node's record until it expires: {e}");
+        }
+    }
+
     /// Picks and reserves the pod `uid`'s GPUs and VFs on `node` in one decision
     /// ([`weft_net::joint::decide`]) over the GPUs and VFs neither held by the node's pods nor
     /// reserved for others, beside the VFs weft's NIC driver was allocated in `claims`
@@ -373,7 +508,8 @@ impl ExtenderState {
         uid: &str,
         ask: &PodAsk,
         claims: &[ResourceClaim],
-        releasing: &BTreeSet<String>,
+        pipelined: bool,
+        record: &mut NodeRecord,
     ) -> Result<Option<Decided>, String> {
         let node_object = self.view().node(node).ok_or_else(|| format!("node {node} is not known to the extender"))?;
         let prepared = match self.cache().resolve(&node_object) {
@@ -386,8 +522,15 @@ impl ExtenderState {
         // The ledger first, then the view: see `Reservations::lock`.
         let mut ledger = self.reservations().lock(node);
         let pods = self.view().pods_on_node(node);
-        let reserved = ledger.others(uid, now, shown_in(&pods));
-        // The pods being released (evicted by the session that pipelines this one) hold nothing.
+        let mut reserved = ledger.others(uid, now, shown_in(&pods));
+        // Other replicas' decisions (and this one's) not yet in the view, from the node's record.
+        let wall = Timestamp::now();
+        let shared = record.settle(uid, wall, shown_in(&pods));
+        reserved.gpus |= shared.gpus;
+        reserved.vfs.extend(shared.vfs);
+        // For a pipelined task, the pods its session evicted here are being released: they hold
+        // nothing for it.
+        let releasing = if pipelined { record.evicted_at(wall) } else { BTreeSet::new() };
         let holding: Vec<_> =
             pods.iter().filter(|p| p.metadata.uid.as_ref().is_none_or(|u| !releasing.contains(u))).cloned().collect();
         let (held, mut vfs_used) = devices_in_use(node, &prepared, &holding, &self.config().resource_name);
@@ -414,8 +557,9 @@ impl ExtenderState {
             }
         };
         let set = gpus.iter().fold(0u128, |m, &g| m | (1u128 << g));
-        let reserve_vfs = vfs.values().flatten().cloned().collect();
-        ledger.reserve(uid, Reserved { gpus: set, vfs: reserve_vfs }, now);
+        let devices = Reserved { gpus: set, vfs: vfs.values().flatten().cloned().collect() };
+        record.hold(uid, &devices, wall_until(wall, self.reservations().ttl()));
+        ledger.reserve(uid, devices, now);
         Ok(Some(Decided { gpus: (0..128).filter(|&g| set & (1u128 << g) != 0).collect(), vfs }))
     }
 }

@@ -3,20 +3,157 @@
 //! succession never get the same GPU. A reservation ends when the view shows its pod on the node
 //! (its `weft.io/gpu-ids` then counts through the normal accounting), when its bind fails, or after
 //! a bounded time (a pod deleted before the watch showed it).
+//!
+//! Replicas share the decisions through a [`NodeRecord`] per node, kept on the API server (a
+//! Lease, [`record_name`]) and written with a resourceVersion precondition before the pod's
+//! Binding: the API server serialises two replicas' decisions for one node, and the loser decides
+//! again over the winner's devices (docs/scheduler-extender.md, "Replicas"). The in-process ledger
+//! ([`Reservations`]) stays: it is what this replica's filter and prioritize count.
 
 use std::collections::{BTreeSet, HashMap};
+use std::hash::Hasher;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use serde::{Deserialize, Serialize};
+
+/// The annotation of a node's record Lease that holds the [`NodeRecord`] (JSON).
+pub const RECORD_ANNOTATION: &str = "weft.io/node-reservations";
+
+/// The name prefix of the record Leases.
+pub const RECORD_PREFIX: &str = "weft-reservations.";
+
+/// The name of `node`'s record Lease: [`RECORD_PREFIX`] + the node's name; a node name too long
+/// for that (over 235 characters) is cut and followed by a hash of the whole name, so every node
+/// has its own Lease and every replica computes the same name.
+pub fn record_name(node: &str) -> String {
+    const MAX: usize = 253;
+    let whole = format!("{RECORD_PREFIX}{node}");
+    if whole.len() <= MAX {
+        return whole;
+    }
+    let mut hasher = fnv::FnvHasher::default();
+    hasher.write(node.as_bytes());
+    let hash = format!("{:016x}", hasher.finish());
+    let room = MAX - RECORD_PREFIX.len() - hash.len() - 1;
+    let cut = node.get(..room).unwrap_or(node).trim_end_matches(['.', '-']);
+    format!("{RECORD_PREFIX}{cut}-{hash}")
+}
+
+/// One node's in-flight decisions and eviction marks, as every replica sees them: the value of
+/// [`RECORD_ANNOTATION`] on the node's record Lease.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeRecord {
+    /// Devices decided for pods the deciding replica's watch did not yet show on the node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held: Vec<RecordEntry>,
+    /// Running pods a vc-scheduler session evicted on the node (`Statement.Evict`), which a task
+    /// the session pipelines onto the node may be given the devices of.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evicted: Vec<RecordEntry>,
+}
+
+/// One pod's entry in a [`NodeRecord`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordEntry {
+    /// The pod's UID.
+    pub pod: String,
+    /// GPU indices held.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<usize>,
+    /// VFs held (PCI addresses).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vfs: Vec<String>,
+    /// When the entry ends (RFC 3339, the writer's clock). One that does not parse has ended.
+    pub until: String,
+}
+
+impl RecordEntry {
+    fn live(&self, now: Timestamp) -> bool {
+        self.until.parse::<Timestamp>().is_ok_and(|until| until > now)
+    }
+}
+
+impl NodeRecord {
+    /// The record in a Lease's annotation value; a value that does not parse reads as empty (its
+    /// entries would have ended within one ttl anyway), with the reason.
+    pub fn parse(value: Option<&str>) -> Result<NodeRecord, String> {
+        value.map_or(Ok(NodeRecord::default()), |v| {
+            serde_json::from_str(v).map_err(|e| format!("{RECORD_ANNOTATION} is not a node record: {e}"))
+        })
+    }
+
+    /// The annotation value.
+    pub fn to_annotation(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Drops the entries that ended at `now`, those of pods `visible` says the view shows on the
+    /// node (their annotations count from now on) and `pod_uid`'s own; returns the devices the
+    /// rest hold.
+    pub fn settle(&mut self, pod_uid: &str, now: Timestamp, visible: impl Fn(&str) -> bool) -> Reserved {
+        self.held.retain(|e| e.live(now) && !visible(&e.pod) && e.pod != pod_uid);
+        self.evicted.retain(|e| e.live(now));
+        self.held.iter().fold(Reserved::default(), |mut r, e| {
+            r.gpus |= e.gpus.iter().filter(|&&g| g < 128).fold(0u128, |m, &g| m | (1u128 << g));
+            r.vfs.extend(e.vfs.iter().cloned());
+            r
+        })
+    }
+
+    /// Holds `devices` for `pod_uid` until `until`.
+    pub fn hold(&mut self, pod_uid: &str, devices: &Reserved, until: Timestamp) {
+        self.held.retain(|e| e.pod != pod_uid);
+        self.held.push(RecordEntry {
+            pod: pod_uid.to_string(),
+            gpus: (0..128).filter(|&g| devices.gpus & (1u128 << g) != 0).collect(),
+            vfs: devices.vfs.iter().cloned().collect(),
+            until: until.to_string(),
+        });
+    }
+
+    /// Ends `pod_uid`'s held devices (its bind or allocation failed, or was taken back).
+    pub fn release(&mut self, pod_uid: &str) {
+        self.held.retain(|e| e.pod != pod_uid);
+    }
+
+    /// Marks `pod_uid` evicted until `until`.
+    pub fn evict(&mut self, pod_uid: &str, until: Timestamp) {
+        self.evicted.retain(|e| e.pod != pod_uid);
+        self.evicted.push(RecordEntry {
+            pod: pod_uid.to_string(),
+            gpus: Vec::new(),
+            vfs: Vec::new(),
+            until: until.to_string(),
+        });
+    }
+
+    /// Ends `pod_uid`'s eviction mark.
+    pub fn unevict(&mut self, pod_uid: &str) {
+        self.evicted.retain(|e| e.pod != pod_uid);
+    }
+
+    /// The pods marked evicted at `now`.
+    pub fn evicted_at(&self, now: Timestamp) -> BTreeSet<String> {
+        self.evicted.iter().filter(|e| e.live(now)).map(|e| e.pod.clone()).collect()
+    }
+}
+
+/// `now` + `ttl` on the wall clock (the record is read by other replicas, whose `Instant`s mean
+/// nothing here).
+pub fn wall_until(now: Timestamp, ttl: Duration) -> Timestamp {
+    SignedDuration::try_from(ttl).ok().and_then(|d| now.checked_add(d).ok()).unwrap_or(Timestamp::MAX)
+}
 
 /// The in-flight GPU decisions of this extender, per node.
 #[derive(Debug)]
 pub struct Reservations {
     ttl: Duration,
     by_node: Mutex<HashMap<String, Vec<Held>>>,
-    /// Running pods a vc-scheduler session evicted (preempt, reclaim), per node, until when.
-    evicted: Mutex<HashMap<String, Vec<(String, Instant)>>>,
+    /// Per node, the lock whose holder decides there ([`Reservations::turn`]).
+    turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 #[derive(Clone, Debug)]
@@ -43,43 +180,25 @@ impl Reserved {
 }
 
 impl Reservations {
+    /// How long a reservation lasts.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
     /// A ledger whose reservations last at most `ttl`.
     pub fn new(ttl: Duration) -> Reservations {
-        Reservations { ttl, by_node: Mutex::new(HashMap::new()), evicted: Mutex::new(HashMap::new()) }
+        Reservations { ttl, by_node: Mutex::new(HashMap::new()), turns: Mutex::new(HashMap::new()) }
     }
 
-    /// Marks the running pod `pod_uid` on `node` as evicted by a vc-scheduler session
-    /// (`Statement.Evict` calls DeallocateFunc for it) until `now` + the ttl: a task the session
-    /// pipelines onto the node may be given its devices ([`Reservations::evicted`]).
-    pub fn evict(&self, node: &str, pod_uid: &str, now: Instant) {
-        let mut evicted = self.evicted.lock().unwrap_or_else(PoisonError::into_inner);
-        let list = evicted.entry(node.to_string()).or_default();
-        list.retain(|(uid, _)| uid != pod_uid);
-        list.push((pod_uid.to_string(), now + self.ttl));
-    }
-
-    /// Ends `pod_uid`'s eviction mark on `node` (the session discarded the eviction:
-    /// `Statement.unevict` calls AllocateFunc for the victim).
-    pub fn unevict(&self, node: &str, pod_uid: &str) {
-        let mut evicted = self.evicted.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(list) = evicted.get_mut(node) {
-            list.retain(|(uid, _)| uid != pod_uid);
-            if list.is_empty() {
-                evicted.remove(node);
-            }
-        }
-    }
-
-    /// The pods marked evicted on `node` at `now`; expired marks end here.
-    pub fn evicted(&self, node: &str, now: Instant) -> BTreeSet<String> {
-        let mut evicted = self.evicted.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(list) = evicted.get_mut(node) else { return BTreeSet::new() };
-        list.retain(|(_, until)| *until > now);
-        let out = list.iter().map(|(uid, _)| uid.clone()).collect();
-        if list.is_empty() {
-            evicted.remove(node);
-        }
-        out
+    /// This replica's turn to decide on `node`: one decision per node at a time here, so the
+    /// replica's own decisions do not race each other for the node's record; other replicas are
+    /// serialised by the record's resourceVersion.
+    pub async fn turn(&self, node: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = {
+            let mut turns = self.turns.lock().unwrap_or_else(PoisonError::into_inner);
+            turns.entry(node.to_string()).or_default().clone()
+        };
+        lock.lock_owned().await
     }
 
     /// GPUs and VFs reserved on `node` at `now`. Reservations that expired, or whose pod `visible`
@@ -251,20 +370,73 @@ mod tests {
         assert_eq!(r.len(), 1, "looking reserved nothing");
     }
 
+    fn at(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
     #[test]
-    fn eviction_marks_last_until_unevicted_or_expired() {
-        let r = Reservations::new(TTL);
-        let t = Instant::now();
-        r.evict("n1", "v1", t);
-        r.evict("n1", "v2", t);
-        r.evict("n1", "v1", t + TTL / 2);
-        assert_eq!(r.evicted("n1", t), BTreeSet::from(["v1".to_string(), "v2".to_string()]));
-        assert!(r.evicted("n2", t).is_empty());
-        r.unevict("n1", "v2");
-        assert_eq!(r.evicted("n1", t), BTreeSet::from(["v1".to_string()]));
-        assert_eq!(r.evicted("n1", t + TTL).len(), 1, "v1's mark was renewed at ttl/2");
-        assert!(r.evicted("n1", t + TTL / 2 + TTL).is_empty(), "and expired a ttl later");
-        assert!(r.evicted("n1", t).is_empty(), "the expired mark was dropped");
+    fn a_record_counts_other_pods_until_they_show_or_expire() {
+        let t = at("2026-11-28T10:00:00Z");
+        let mut r = NodeRecord::default();
+        let vfs = BTreeSet::from(["0000:0c:00.2".to_string()]);
+        r.hold("a", &Reserved { gpus: 0b11, vfs: vfs.clone() }, at("2026-11-28T10:01:00Z"));
+        r.hold("b", &Reserved::gpus(0b100), at("2026-11-28T10:00:30Z"));
+        r.hold("c", &Reserved::gpus(0b1000), at("2026-11-28T10:01:00Z"));
+        // The record survives its annotation.
+        let mut r = NodeRecord::parse(Some(&r.to_annotation())).unwrap();
+        let mut seen = r.clone();
+        assert_eq!(seen.settle("x", t, |_| false), Reserved { gpus: 0b1111, vfs: vfs.clone() });
+        // c is visible (its annotation counts now), b expired, a's own entry is not in its way.
+        assert_eq!(r.settle("a", at("2026-11-28T10:00:30Z"), |uid| uid == "c"), Reserved::default());
+        assert!(r.held.is_empty(), "all three entries ended: {r:?}");
+        // Holding again replaces a pod's entry; releasing ends it.
+        r.hold("a", &Reserved::gpus(0b1), at("2026-11-28T10:01:00Z"));
+        r.hold("a", &Reserved::gpus(0b10), at("2026-11-28T10:01:00Z"));
+        assert_eq!(r.held.len(), 1);
+        assert_eq!(r.clone().settle("x", t, |_| false).gpus, 0b10);
+        r.release("a");
+        assert_eq!(r, NodeRecord::default());
+    }
+
+    #[test]
+    fn eviction_marks_in_the_record_end_when_undone_or_expired() {
+        let t = at("2026-11-28T10:00:00Z");
+        let mut r = NodeRecord::default();
+        r.evict("v1", at("2026-11-28T10:01:00Z"));
+        r.evict("v2", at("2026-11-28T10:00:10Z"));
+        assert_eq!(r.evicted_at(t), BTreeSet::from(["v1".to_string(), "v2".to_string()]));
+        assert_eq!(r.evicted_at(at("2026-11-28T10:00:10Z")), BTreeSet::from(["v1".to_string()]), "v2's mark expired");
+        r.unevict("v1");
+        assert_eq!(r.evicted_at(t), BTreeSet::from(["v2".to_string()]));
+        r.settle("x", at("2026-11-28T10:00:20Z"), |_| false);
+        assert!(r.evicted.is_empty(), "settling drops expired marks");
+    }
+
+    #[test]
+    fn bad_records_and_entries_read_as_ended() {
+        assert_eq!(NodeRecord::parse(None).unwrap(), NodeRecord::default());
+        let error = NodeRecord::parse(Some("[1,2]")).unwrap_err();
+        assert!(error.contains(RECORD_ANNOTATION), "{error}");
+        let mut r = NodeRecord::parse(Some(r#"{"held":[{"pod":"a","gpus":[0],"until":"soon"}]}"#)).unwrap();
+        assert_eq!(r.settle("x", at("2026-11-28T10:00:00Z"), |_| false), Reserved::default());
+        assert!(wall_until(at("2026-11-28T10:00:00Z"), Duration::MAX) > at("9999-01-01T00:00:00Z"));
+    }
+
+    #[test]
+    fn record_names_are_distinct_valid_names_for_every_node_name() {
+        assert_eq!(record_name("n1"), "weft-reservations.n1");
+        let long = |c: char| format!("{}.{}", "a".repeat(200), c.to_string().repeat(52));
+        let (x, y) = (record_name(&long('x')), record_name(&long('y')));
+        assert_ne!(x, y);
+        for name in [&x, &y] {
+            assert!(name.len() <= 253, "{name}");
+            crate::bind::check_subdomain("record", name).unwrap();
+        }
+        // A cut that would end in '.' or '-' is trimmed.
+        let dotted = format!("{}.{}", "a".repeat(217), "b".repeat(40));
+        let name = record_name(&dotted);
+        assert!(name.starts_with(&format!("weft-reservations.{}-", "a".repeat(217))), "{name}");
+        crate::bind::check_subdomain("record", &name).unwrap();
     }
 
     #[test]

@@ -63,7 +63,7 @@ async fn cluster(nodes: &[(&str, usize)]) -> Cluster {
     guard("the view to sync", view.wait_until_ready()).await;
     let state = Arc::new(
         ExtenderState::new(view.clone(), ExtenderConfig::default())
-            .with_binder(Arc::new(KubePodBinder::new(api.client()))),
+            .with_binder(Arc::new(KubePodBinder::new(api.client()).with_record_namespace("weft-system"))),
     );
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -210,7 +210,12 @@ async fn a_session_predicates_scores_allocates_and_deallocates_through_the_shipp
 
     // Everything the extender did (watches, pod reads, the annotation patches) is what its RBAC
     // grants; the test's own setup writes (nodes, pods) are left out.
-    let extender: Vec<_> = c.api.requests().into_iter().filter(|r| r.verb != weft_fakeapi::Verb::Create).collect();
+    let extender: Vec<_> = c
+        .api
+        .requests()
+        .into_iter()
+        .filter(|r| r.verb != weft_fakeapi::Verb::Create || r.resource == "leases")
+        .collect();
     weft_testkit::rbac::assert_granted(&extender, &["base/scheduler-extender/rbac.yaml"]);
 }
 

@@ -42,7 +42,8 @@ pub async fn bind_cluster(nodes: &[(&str, NodeTopology)]) -> BindCluster {
     let view = KubeClusterView::spawn(client.clone());
     tokio::time::timeout(std::time::Duration::from_secs(60), view.wait_until_ready()).await.expect("the view syncs");
     let state = Arc::new(
-        ExtenderState::new(Arc::new(view), ExtenderConfig::default()).with_binder(Arc::new(KubePodBinder::new(client))),
+        ExtenderState::new(Arc::new(view), ExtenderConfig::default())
+            .with_binder(Arc::new(KubePodBinder::new(client).with_record_namespace("weft-system"))),
     );
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
