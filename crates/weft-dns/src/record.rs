@@ -21,8 +21,9 @@ pub const DEFAULT_PREFIX: &str = "/skydns";
 /// The records' `ttl` by default, seconds.
 pub const DEFAULT_TTL: u32 = 10;
 
-/// A checked etcd path prefix: starts with `/`, no trailing `/`, no empty, `.` or `..` segments
-/// (CoreDNS joins its `path` with Go's `path.Join`, which would clean those away).
+/// A checked etcd path prefix: `/` and one segment, not `.` or `..` (CoreDNS joins its `path` with
+/// Go's `path.Join`, which would clean those away, and turns a key back into an SRV target with
+/// `msg.Domain`, which drops exactly one leading segment).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Prefix(String);
 
@@ -38,6 +39,13 @@ impl Prefix {
         }
         if rest.split('/').any(|s| s.is_empty() || s == "." || s == "..") {
             return Err(bad("segments must not be empty, '.' or '..' (and no trailing '/')"));
+        }
+        if rest.contains('/') {
+            return Err(bad(
+                "must be one segment, e.g. /skydns: CoreDNS makes an SRV answer's target from the record's key with \
+                 msg.Domain, which drops only the first segment, so the others would become labels of the target \
+                 (docs/dns.md, \"Names CoreDNS cannot serve\")",
+            ));
         }
         if prefix.chars().any(|c| c.is_control() || c.is_whitespace()) {
             return Err(bad("must not contain spaces or control characters"));
@@ -147,8 +155,16 @@ mod tests {
             "/skydns/local/vertexdomain/default/video/net-a/inference/video-inference-0-abcde"
         );
         assert_eq!(p.domain_key("a.b."), "/skydns/b/a");
-        assert_eq!(Prefix::new("/dns/sky").unwrap().domain_key("a.b"), "/dns/sky/b/a");
         assert_eq!(p.dir(), "/skydns/");
+    }
+
+    #[test]
+    fn a_prefix_of_more_than_one_segment_is_refused() {
+        // CoreDNS's msg.Domain drops one path segment when it makes an SRV target from a key.
+        let e = Prefix::new("/dns/sky").unwrap_err();
+        assert_eq!(e.setting, "prefix");
+        assert!(e.why.contains("one segment"), "{e}");
+        assert!(Prefix::new("/weft").is_ok());
     }
 
     #[test]

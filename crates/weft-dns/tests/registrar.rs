@@ -165,9 +165,12 @@ async fn a_ready_pod_gets_its_record_and_loses_it_when_it_stops_being_ready() {
     until("the record back", || async { answers(&store, DOMAIN).await.len() == 2 }).await;
     assert!(store.get_prefix("/skydns/local/vertexdomain/default/video/net-a/out/").await.unwrap().is_empty());
 
-    // Every request the registrar made is granted by `weft controller`'s ClusterRole.
+    // Every request the registrar made is granted by `weft controller`'s ClusterRoles (base and dns).
     let requests = server.requests();
-    weft_testkit::rbac::assert_granted(&requests, &["base/controller/rbac.yaml"]);
+    weft_testkit::rbac::assert_granted(
+        &requests,
+        &["base/controller/rbac.yaml", "components/dns/controller-rbac.yaml"],
+    );
     assert!(requests.iter().any(|r| r.verb == Verb::Get && r.resource == "resourceclaims"));
     running.stop().await;
 }
@@ -313,6 +316,40 @@ async fn a_domain_the_labels_do_not_give_gets_no_record_and_a_warning() {
 }
 
 #[tokio::test]
+async fn a_namespace_coredns_reads_as_a_wildcard_gets_no_record() {
+    let Some(etcd) = Etcd::start().await else { return };
+    let store = etcd.store();
+    let server = FakeApiServer::start().await;
+    server.insert(claim("video-inference-0-a", Some("192.168.10.7"))).unwrap();
+    server.insert(pod("video-inference-0-a", "inference", true, json!([entry("net-a", DOMAIN)]))).unwrap();
+    // The same pipeline in namespace `any`, its annotation naming the domain its labels give.
+    let any_domain = "inference.net-a.video.any.vertexdomain.local";
+    let mut c = claim("video-inference-0-z", Some("192.168.20.9"));
+    c["metadata"]["namespace"] = json!("any");
+    server.insert(c).unwrap();
+    let mut p = pod("video-inference-0-z", "inference", true, json!([entry("net-a", any_domain)]));
+    p["metadata"]["namespace"] = json!("any");
+    server.insert(p).unwrap();
+    let running = start(&server, settings(&etcd));
+
+    until("default's record", || async { answers(&store, DOMAIN).await.len() == 1 }).await;
+    guard(
+        "the Warning Event",
+        server.wait_for(|s| s.list("events.events.k8s.io", None).iter().any(|e| e["reason"] == "VertexDomainRefused")),
+    )
+    .await;
+    let ev = server.list("events.events.k8s.io", None);
+    let ev = ev.iter().find(|e| e["reason"] == "VertexDomainRefused").unwrap();
+    assert_eq!(ev["regarding"]["name"], "video-inference-0-z");
+    assert!(ev["note"].as_str().unwrap().contains("wildcard"), "{ev}");
+    assert!(store.get(&key(any_domain, "video-inference-0-z")).await.unwrap().is_none());
+    // Why: CoreDNS answers the `any` name with the other namespaces' pods of that vertex; had the
+    // pod a record, `default`'s clients would not see it, but its own would see `default`'s.
+    assert_eq!(answers(&store, any_domain).await, ["192.168.10.7"]);
+    running.stop().await;
+}
+
+#[tokio::test]
 async fn stale_records_of_this_registrar_are_collected_at_start_and_others_kept() {
     let Some(etcd) = Etcd::start().await else { return };
     let store = etcd.store();
@@ -389,5 +426,27 @@ async fn settings_that_cannot_work_are_refused_before_anything_starts() {
     let dns = DnsSettings { endpoints: vec!["https://etcd:2379".into()], ..DnsSettings::default() };
     let e = weft_dns::run(ctx, fast_settings(weft_dns::NAME), dns, std::future::pending()).await.unwrap_err();
     assert_eq!(e.setting, "endpoints");
+    assert!(server.requests().is_empty(), "no API request before the settings are checked");
+}
+
+#[tokio::test]
+async fn a_prefix_of_more_than_one_segment_is_refused_because_coredns_srv_targets_would_be_wrong() {
+    let Some(etcd) = Etcd::start().await else { return };
+    let store = etcd.store();
+    // CoreDNS turns a key back into the SRV target with msg.Domain, which drops one path segment:
+    // under `/dns/sky` the second segment becomes the target's last label, outside the zone.
+    let owner = Owner { owner: "r1".into(), namespace: NS.into(), pod: "p-0".into(), pod_uid: "u".into() };
+    let record = Record::new("192.168.10.7".parse().unwrap(), 10, owner).with_port(Some(7001));
+    let at = "/dns/sky/local/vertexdomain/default/video/net-a/inference/p-0";
+    store.put(at, record.to_bytes(), 0).await.unwrap();
+    let srv = coredns_srv(&store, "/dns/sky", DOMAIN).await.unwrap();
+    assert_eq!(srv[0].0, format!("p-0.{DOMAIN}.sky."));
+
+    let server = FakeApiServer::start().await;
+    let ctx = Context::new(server.client(), "weft-controller", None, "weft-controller", ControllerMetrics::default());
+    let dns = DnsSettings { prefix: "/dns/sky".into(), ..settings(&etcd) };
+    let e = weft_dns::run(ctx, fast_settings(weft_dns::NAME), dns, std::future::pending()).await.unwrap_err();
+    assert_eq!(e.setting, "prefix");
+    assert!(e.why.contains("one segment"), "{e}");
     assert!(server.requests().is_empty(), "no API request before the settings are checked");
 }

@@ -3,7 +3,8 @@
 //! A domain is `<vertex>.<numaNetwork>.<pipeline>.<namespace>.<zone>` (the upstream proposal's
 //! latest form, PR #3129), zone [`DEFAULT_ZONE`] unless configured. Every part left of the zone
 //! is one DNS label: at most 63 characters of lower-case letters, digits and '-', starting and
-//! ending with a letter or digit (RFC 1123). The whole name is at most 253 characters. A
+//! ending with a letter or digit (RFC 1123), and not `any`, which CoreDNS's etcd plugin reads as
+//! a wildcard ([`wildcard_problem`]). The whole name is at most 253 characters. A
 //! NumaNetwork's name may be a DNS subdomain (with dots); such a network cannot be one label of a
 //! domain, and [`vertex_domain`] says so instead of producing a name with extra levels.
 
@@ -99,6 +100,27 @@ pub fn label_problem(value: &str) -> Option<String> {
     None
 }
 
+/// The labels CoreDNS's etcd plugin reads as wildcards (`msg.PathWithWildcard`): a query name with
+/// one of them is looked up one level above it and answered with every record whose key matches
+/// the other labels, so the label matches any value there.
+pub const WILDCARD_LABELS: [&str; 2] = ["any", "*"];
+
+/// Why `value` cannot be a label of a name CoreDNS serves from etcd (a wildcard label), or `None`.
+pub fn wildcard_problem(value: &str) -> Option<String> {
+    WILDCARD_LABELS.contains(&value).then(|| {
+        format!(
+            "CoreDNS's etcd plugin reads the label '{value}' as a wildcard, so the name would also answer \
+             the pods of every other value in that place (another namespace's, say); use another name"
+        )
+    })
+}
+
+/// Why `value` cannot be one label of a vertex domain: not an RFC 1123 label
+/// ([`label_problem`]), or a label CoreDNS reads as a wildcard ([`wildcard_problem`]).
+pub fn domain_label_problem(value: &str) -> Option<String> {
+    label_problem(value).or_else(|| wildcard_problem(value))
+}
+
 /// Checks that `zone` is a DNS name of labels (no trailing dot).
 pub fn check_zone(zone: &str) -> Result<(), DomainError> {
     let err = |why: String| DomainError::Zone { zone: zone.to_string(), why };
@@ -109,7 +131,7 @@ pub fn check_zone(zone: &str) -> Result<(), DomainError> {
         return Err(err(format!("it is {} characters, over 253", zone.len())));
     }
     for label in zone.split('.') {
-        if let Some(why) = label_problem(label) {
+        if let Some(why) = domain_label_problem(label) {
             return Err(err(format!("label '{label}': {why}")));
         }
     }
@@ -127,7 +149,7 @@ pub fn vertex_domain(
     for (part, value) in
         [("vertex", vertex), ("NumaNetwork", network), ("pipeline", pipeline), ("namespace", namespace)]
     {
-        if let Some(why) = label_problem(value) {
+        if let Some(why) = domain_label_problem(value) {
             return Err(DomainError::Label { part, value: value.to_string(), why });
         }
     }
@@ -165,6 +187,31 @@ mod tests {
         assert!(matches!(e, DomainError::Label { part: "namespace", .. }), "{e}");
         let e = vertex_domain("v", "n", "p", "ns", "vertexdomain..local").unwrap_err();
         assert!(matches!(e, DomainError::Zone { .. }), "{e}");
+    }
+
+    #[test]
+    fn labels_coredns_reads_as_wildcards_are_refused() {
+        // CoreDNS's etcd plugin (msg.PathWithWildcard) reads a label `any` or `*` as a wildcard:
+        // the domain of namespace `any` would answer every namespace's vertex of that name.
+        for (part, args) in [
+            ("namespace", ["inference", "net-a", "video", "any"]),
+            ("pipeline", ["inference", "net-a", "any", "default"]),
+            ("NumaNetwork", ["inference", "any", "video", "default"]),
+            ("vertex", ["any", "net-a", "video", "default"]),
+            ("vertex", ["*", "net-a", "video", "default"]),
+        ] {
+            let [v, n, p, ns] = args;
+            let e = vertex_domain(v, n, p, ns, DEFAULT_ZONE).unwrap_err();
+            assert!(matches!(&e, DomainError::Label { part: got, .. } if *got == part), "{args:?}: {e}");
+            if args.contains(&"any") {
+                assert!(e.to_string().contains("wildcard"), "{e}");
+            }
+        }
+        for zone in ["any.local", "vertexdomain.any", "*.local"] {
+            assert!(matches!(check_zone(zone), Err(DomainError::Zone { .. })), "{zone}");
+        }
+        // A label that merely contains the word is a plain label.
+        assert!(vertex_domain("any-1", "net-a", "company", "default", DEFAULT_ZONE).is_ok());
     }
 
     #[test]

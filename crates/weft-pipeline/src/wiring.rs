@@ -36,7 +36,7 @@ use serde_json::{Map, Value, json};
 
 use crate::domain::{
     DEFAULT_ZONE, DomainError, VERTEX_DOMAIN_ENV, VERTEX_DOMAIN_TARGETS_ENV, VERTEX_DOMAINS_ANNOTATION,
-    VertexDomainEntry, check_zone, label_problem, vertex_domain,
+    VertexDomainEntry, check_zone, domain_label_problem, label_problem, vertex_domain,
 };
 use crate::edges::{self, ConnectionType, EdgeBinding};
 use crate::problem::{Collector, Problems};
@@ -187,7 +187,7 @@ pub fn wire(
                 );
             }
             Some(n) => {
-                if let Some(why) = label_problem(n) {
+                if let Some(why) = domain_label_problem(n) {
                     can_form = false;
                     problems.push("metadata.name", format!("'{n}' cannot be a DNS label of the vertex domains: {why}"));
                 }
@@ -199,7 +199,7 @@ pub fn wire(
                 problems.push("metadata.namespace", "missing; vertex domains contain the pipeline's namespace");
             }
             Some(n) => {
-                if let Some(why) = label_problem(n) {
+                if let Some(why) = domain_label_problem(n) {
                     can_form = false;
                     problems.push(
                         "metadata.namespace",
@@ -224,7 +224,7 @@ pub fn wire(
         let path = b.origin().network_path();
         let n = b.network.as_str();
         let mut ok = true;
-        if let Some(why) = label_problem(n) {
+        if let Some(why) = domain_label_problem(n) {
             ok = false;
             problems.push(&path, format!("NumaNetwork '{n}' cannot be a DNS label of the vertex domains: {why}"));
         } else {

@@ -164,21 +164,41 @@ pub struct Answer {
     pub port: i64,
 }
 
+/// The labels of `name` reversed under `path`, as CoreDNS's `msg.Path` joins them (Go's
+/// `path.Join("/" + path + "/", labels...)`: empty and repeated separators cleaned away).
+fn coredns_path(path: &str, labels: &[&str]) -> String {
+    let parts: Vec<&str> = path.split('/').chain(labels.iter().copied()).filter(|p| !p.is_empty()).collect();
+    format!("/{}", parts.join("/"))
+}
+
 /// The A/AAAA answers CoreDNS's etcd plugin gives for `name` under `path` (e.g. `/skydns`), read as
-/// `Etcd.Records` does: key = path + reversed labels; a prefix Get on `key/`; only if that finds
-/// nothing, an exact Get on `key`; each value decoded as `msg.Service`; a `host` that parses as an
-/// IP is an A (IPv4) or AAAA (IPv6) record. A value that does not decode fails the whole lookup,
-/// as in CoreDNS.
+/// `Etcd.Records` does (coredns 4b26cce, `plugin/etcd/etcd.go`, `msg/path.go`):
+/// - the key is `path` + the name's labels reversed (`msg.PathWithWildcard`), cut before the first
+///   label `*` or `any`, which are wildcards;
+/// - a prefix Get on `key/`; only if that finds nothing, an exact Get on `key`;
+/// - with a wildcard, only records whose key matches every other label of the whole name's path
+///   (`loopNodes`: a key shorter than the name is skipped; a wildcard matches any segment);
+/// - each value decoded as `msg.Service`; a `host` that parses as an IP is an A (IPv4) or AAAA
+///   (IPv6) record. A value that does not decode fails the whole lookup, as in CoreDNS.
 pub async fn coredns_lookup(store: &EtcdStore, path: &str, name: &str) -> Result<Vec<Answer>, String> {
     let name = name.strip_suffix('.').unwrap_or(name).to_lowercase();
-    let mut key = path.trim_end_matches('/').to_string();
-    for label in name.split('.').rev() {
-        key.push('/');
-        key.push_str(label);
-    }
+    let labels: Vec<&str> = name.split('.').rev().collect();
+    let wildcard = labels.iter().position(|l| *l == "*" || *l == "any");
+    let key = coredns_path(path, &labels[..wildcard.unwrap_or(labels.len())]);
     let mut kvs: Vec<Stored> = store.get_prefix(&format!("{key}/")).await.map_err(|e| e.to_string())?;
     if kvs.is_empty() {
         kvs = store.get(&key).await.map_err(|e| e.to_string())?.into_iter().collect();
+    }
+    if wildcard.is_some() {
+        let whole = coredns_path(path, &labels);
+        let name_parts: Vec<&str> = whole.split('/').collect();
+        kvs.retain(|kv| {
+            let key_parts: Vec<&str> = kv.key.split('/').collect();
+            name_parts
+                .iter()
+                .enumerate()
+                .all(|(i, n)| i < key_parts.len() && (*n == "*" || *n == "any" || key_parts[i] == *n))
+        });
     }
     let mut out = Vec::new();
     for kv in kvs {
@@ -190,21 +210,28 @@ pub async fn coredns_lookup(store: &EtcdStore, path: &str, name: &str) -> Result
     Ok(out)
 }
 
+/// CoreDNS's `msg.Domain`: a record's key turned back into a name. It drops exactly one leading
+/// path segment (written for `/skydns`), so under a path of more segments the rest become labels.
+pub fn coredns_domain(key: &str) -> String {
+    let mut l: Vec<&str> = key.split('/').collect();
+    if l.last() == Some(&"") {
+        l.pop();
+    }
+    l[1..].reverse();
+    format!("{}.", l[1..l.len() - 1].join("."))
+}
+
 /// The SRV answers CoreDNS's etcd plugin gives for `name` under `path` as (target, port), with
 /// the address its additional section carries for each target, read as `plugin.SRV` does for
-/// services whose `host` is an IP: the target is the record's key turned back into a domain
-/// (`msg.Domain`: the labels after `path`, reversed), the port is the JSON `port`, and a port of
-/// -1 is skipped.
+/// services whose `host` is an IP: the target is [`coredns_domain`] of the record's key, the port
+/// is the JSON `port`, and a port of -1 is skipped.
 pub async fn coredns_srv(store: &EtcdStore, path: &str, name: &str) -> Result<Vec<(String, i64, IpAddr)>, String> {
-    let path = path.trim_end_matches('/');
     let mut out = Vec::new();
     for a in coredns_lookup(store, path, name).await? {
         if a.port == -1 {
             continue;
         }
-        let rest = a.key.strip_prefix(path).unwrap_or(&a.key);
-        let target: Vec<&str> = rest.split('/').filter(|l| !l.is_empty()).rev().collect();
-        out.push((format!("{}.", target.join(".")), a.port, a.ip));
+        out.push((coredns_domain(&a.key), a.port, a.ip));
     }
     Ok(out)
 }

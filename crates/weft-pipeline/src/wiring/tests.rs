@@ -326,6 +326,17 @@ fn names_that_cannot_make_domains_or_claims_are_refused() {
     assert_eq!(problems.len(), 1, "{problems:?}");
     assert!(problems[0].starts_with("metadata.namespace: 'Media_Team' cannot be a DNS label"), "{problems:?}");
 
+    // CoreDNS reads `any` as a wildcard label: named once, where the name comes from.
+    let problems = problems_of(&seed_pipeline(), Some("any"));
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0].starts_with("metadata.namespace: 'any' cannot be a DNS label"), "{problems:?}");
+    assert!(problems[0].contains("wildcard"), "{problems:?}");
+    let mut p = seed_pipeline();
+    p["metadata"]["name"] = json!("any");
+    let problems = problems_of(&p, Some("default"));
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0].starts_with("metadata.name: 'any' cannot be a DNS label"), "{problems:?}");
+
     // Labels all fine, the whole name too long.
     let mut p = seed_pipeline();
     let v = "v".repeat(63);
