@@ -38,6 +38,8 @@ const NAMESPACE: &str = "weft-system";
 struct Replica {
     base: String,
     state: Arc<ExtenderState>,
+    /// Its watch, when it has a real one.
+    watch: Option<Arc<KubeClusterView>>,
 }
 
 /// Starts a replica over `view` with `binder`.
@@ -46,7 +48,7 @@ async fn replica(view: Arc<dyn ClusterView>, binder: Arc<dyn PodBinder>, cfg: Ex
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(weft_extender::serve(listener, state.clone(), Default::default(), std::future::pending()));
-    Replica { base, state }
+    Replica { base, state, watch: None }
 }
 
 /// A replica with its own reflector-backed view (its own watch) of `api`.
@@ -54,7 +56,7 @@ async fn watching_replica(api: &FakeApiServer) -> Replica {
     let view = Arc::new(KubeClusterView::spawn(api.client()));
     guard("the view to sync", view.wait_until_ready()).await;
     let binder = Arc::new(KubePodBinder::new(api.client()).with_record_namespace(NAMESPACE));
-    replica(view, binder, ExtenderConfig::default()).await
+    Replica { watch: Some(view.clone()), ..replica(view, binder, ExtenderConfig::default()).await }
 }
 
 /// A view that knows the nodes but never sees a pod bound: a watch lagging behind every bind.
@@ -259,4 +261,42 @@ async fn a_replica_dying_mid_bind_and_a_scheduler_failover_book_no_gpu_twice() {
     let ids: BTreeSet<usize> =
         parse_gpu_ids(&stored.metadata.annotations.unwrap()[GPU_IDS_ANNOTATION]).unwrap().into_iter().collect();
     assert_eq!(ids, a_gpus, "a gets the GPUs its first decision held");
+}
+
+/// vc-scheduler's `api.TaskInfo` with the fields weft reads (tests/volcano.rs sends it whole).
+fn task(pod: &Pod, node: &str, status: u32) -> Value {
+    json!({"UID": pod.metadata.uid, "Name": pod.metadata.name, "Namespace": "ml", "NodeName": node,
+           "Status": status, "Pod": pod})
+}
+
+async fn event(r: &Replica, verb: &str, task: Value) -> String {
+    let answer = post(r, &format!("volcano/{verb}"), &json!({"task": task})).await;
+    answer["errorMessage"].as_str().unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preemption_whose_calls_reach_different_replicas_sees_its_evictions() {
+    const PIPELINED: u32 = 1 << 2;
+    const RUNNING: u32 = 1 << 5;
+    const RELEASING: u32 = 1 << 6;
+    let api = api_with_nodes(&[("n1", 4)]).await;
+    let victim = api.insert_typed(&common::bound_pod("low", "n1", 4, Some("0,1,2,3"), "2026-01-05T10:00:00Z")).unwrap();
+    let (a, b) = (watching_replica(&api).await, watching_replica(&api).await);
+    // Both watches show the running victim before the session starts.
+    for r in [&a, &b] {
+        let view = r.watch.clone().unwrap();
+        let mut changes = view.changes();
+        guard("the victim in the view", changes.wait_for(|_| !view.pods_on_node("n1").is_empty())).await.unwrap();
+    }
+    let preemptor = pending(&api, "high", 4).await;
+    // Statement.Evict(low) reaches replica a, Pipeline(high) replica b.
+    assert_eq!(event(&a, "deallocate", task(&victim, "n1", RELEASING)).await, "");
+    assert_eq!(event(&b, "allocate", task(&preemptor, "n1", PIPELINED)).await, "", "b sees a's eviction mark");
+    // Discard: unPipeline(high) on a, unevict(low) on b; the victim keeps its GPUs and is untouched.
+    assert_eq!(event(&a, "deallocate", task(&preemptor, "n1", 1)).await, "");
+    assert_eq!(event(&b, "allocate", task(&victim, "n1", RUNNING)).await, "");
+    let stored = Api::<Pod>::namespaced(api.client(), "ml").get("low").await.unwrap();
+    assert_eq!(stored.metadata.resource_version, victim.metadata.resource_version, "the victim was not written");
+    let again = event(&a, "allocate", task(&preemptor, "n1", PIPELINED)).await;
+    assert!(again.contains("0 free GPUs now"), "the eviction was undone for every replica: {again}");
 }
