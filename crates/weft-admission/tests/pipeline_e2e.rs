@@ -1,7 +1,8 @@
 //! End to end on the fake API server: the NumaNetwork of deploy/examples/numanetwork.yaml, the
 //! video pipeline of deploy/examples/numaflow/video-pipeline.yaml admitted through `weft webhook`
 //! (mutating, then validating, as the API server calls them) with the real watch-backed NumaNetwork
-//! source, stored, and turned into Vertex objects and pods by a test-only Numaflow playing
+//! source, under Numaflow's full Pipeline CRD (what the API server prunes, pruned; the webhook reads
+//! the served CRD and warns about an unbound Pipeline there), stored, and turned into Vertex objects and pods by a test-only Numaflow playing
 //! upstream's pipeline and vertex controllers (`weft_testkit::numaflow`). The pods must end up with the
 //! NumaNetwork's claim (pod and container), VERTEX_DOMAIN / VERTEX_DOMAIN_TARGETS and the
 //! weft.io/vertex-domains annotation the DNS registrar reads; the NumaNetwork cap is enforced with
@@ -15,13 +16,18 @@ use std::sync::Arc;
 use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::{Value, json};
 use support::{HANG_GUARD, Webhook, patched};
+use weft_admission::webhook::pipelines::FULL_CRD_WARNING;
 use weft_admission::webhook::{
-    InMemoryJobs, KubeNumaNetworks, NetworkOptions, NumaNetworkSource, WebhookState, WiringOptions, typed_validator,
+    InMemoryJobs, KubeNumaNetworks, KubePipelineCrd, NetworkOptions, NumaNetworkSource, PipelineCrdSource,
+    WebhookState, WiringOptions, typed_validator,
 };
 use weft_crds::NumaNetwork;
 use weft_fakeapi::{FakeApiServer, ResourceSpec, Verb};
 use weft_jobs::admission::AdmissionOptions;
-use weft_pipeline::{PIPELINE_NAME_LABEL, VERTEX_DOMAINS_ANNOTATION, VERTEX_NAME_LABEL, VertexDomainEntry};
+use weft_pipeline::{
+    EdgeField, NUMA_NETWORK_EDGES_ANNOTATION, PIPELINE_NAME_LABEL, VERTEX_DOMAINS_ANNOTATION, VERTEX_NAME_LABEL,
+    VertexDomainEntry,
+};
 use weft_testkit::numaflow;
 
 const NN: &str = "pipeline1-multi-network";
@@ -49,16 +55,21 @@ fn review(operation: &str, resource: &str, kind: &str, namespace: Option<&str>, 
     json!({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": request})
 }
 
-/// What the API server does with a Pipeline CREATE: the mutating webhook's patch applied, then the
-/// validating webhook asked; the object stored only if both allow it.
+/// What the API server does with a Pipeline CREATE when it serves Numaflow's full Pipeline CRD, as
+/// Numaflow's default install does: the request pruned to the fields the CRD declares, the
+/// mutating webhook's patch applied and the result pruned again, then the validating webhook asked;
+/// the object stored only if both allow it. Nothing weft's patch adds may be pruned.
 async fn admit_pipeline(webhook: &Webhook, pipeline: &Value) -> Result<Value, String> {
+    let (pipeline, _) = numaflow::prune_as_full_crd(pipeline);
     let answer =
-        webhook.review("/pipelines/mutate", &review("CREATE", "pipelines", "Pipeline", Some(NS), pipeline)).await;
+        webhook.review("/pipelines/mutate", &review("CREATE", "pipelines", "Pipeline", Some(NS), &pipeline)).await;
     let mutated = match answer["response"]["patch"].as_str() {
-        Some(_) => patched(pipeline, &answer),
+        Some(_) => patched(&pipeline, &answer),
         None if answer["response"]["allowed"] == true => pipeline.clone(),
         None => return Err(answer["response"]["status"]["message"].to_string()),
     };
+    let (mutated, pruned) = numaflow::prune_as_full_crd(&mutated);
+    assert!(pruned.is_empty(), "the full CRD prunes what weft added: {pruned:?}");
     let answer =
         webhook.review("/pipelines/validate", &review("CREATE", "pipelines", "Pipeline", Some(NS), &mutated)).await;
     if answer["response"]["allowed"] != true {
@@ -87,7 +98,8 @@ fn domain(vertex: &str) -> String {
 #[tokio::test]
 async fn numaflow_turns_the_wired_pipeline_into_pods_with_the_claims_env_and_domains() {
     let api = FakeApiServer::start().await;
-    api.register(ResourceSpec::namespaced("numaflow.numaproj.io", "v1alpha1", "pipelines", "Pipeline").with_status());
+    // Numaflow's default install: the full Pipeline CRD, which the webhook reads.
+    api.insert(numaflow::pipeline_crd(true)).unwrap();
     api.register(ResourceSpec::namespaced("numaflow.numaproj.io", "v1alpha1", "vertices", "Vertex").with_status());
     api.register(
         ResourceSpec::cluster("numaflow.numaproj.io", "v1alpha1", "numanetworks", "NumaNetwork").with_status(),
@@ -103,18 +115,32 @@ async fn numaflow_turns_the_wired_pipeline_into_pods_with_the_claims_env_and_dom
         checked.err().map(|e| e.errors().iter().map(ToString::to_string).collect()).unwrap_or_default()
     });
     let opts = NetworkOptions { wiring: WiringOptions::default(), max_numa_networks: 2, validator: Some(rules) };
+    let crd = Arc::new(KubePipelineCrd::spawn(api.client()));
     let state = WebhookState::new(Arc::new(InMemoryJobs::new()), AdmissionOptions::default())
-        .with_numa_networks(networks.clone(), opts);
+        .with_numa_networks(networks.clone(), opts)
+        .with_pipeline_crd(crd.clone());
     let webhook = Webhook::start_with(state).await;
     tokio::time::timeout(HANG_GUARD, networks.wait_until_synced()).await.expect("NumaNetwork cache synced");
+    tokio::time::timeout(HANG_GUARD, crd.wait_until_known()).await.expect("Pipeline CRD read");
+    assert_eq!(crd.edge_field(), Some(EdgeField::Pruned), "the full CRD drops spec.edges[].numaNetwork");
     assert!(webhook.ops.is_ready(), "{:?}", webhook.ops.readiness());
     assert_eq!(networks.len(), 1);
 
     // Without the NumaNetwork's name right, the API server would refuse the Pipeline.
     let mut typo = example("numaflow/video-pipeline.yaml");
-    typo["spec"]["edges"][1]["numaNetwork"]["name"] = json!("pipeline1-multi-netwrok");
+    let edges = &mut typo["metadata"]["annotations"][NUMA_NETWORK_EDGES_ANNOTATION];
+    *edges = json!(edges.as_str().unwrap().replacen(NN, "pipeline1-multi-netwrok", 1));
     let refused = admit_pipeline(&webhook, &typo).await.unwrap_err();
     assert!(refused.contains("NumaNetwork 'pipeline1-multi-netwrok' does not exist"), "{refused}");
+
+    // The field form under the full CRD: the API server drops the field, the Pipeline arrives
+    // unbound, and the webhook's answer says why and what to use.
+    let (field_form, dropped) = numaflow::prune_as_full_crd(&example("numaflow/video-pipeline-field.yaml"));
+    assert_eq!(dropped, ["spec.edges[1].numaNetwork", "spec.edges[2].numaNetwork"]);
+    let answer =
+        webhook.review("/pipelines/validate", &review("CREATE", "pipelines", "Pipeline", Some(NS), &field_form)).await;
+    assert_eq!(answer["response"]["allowed"], true);
+    assert_eq!(answer["response"]["warnings"], json!([FULL_CRD_WARNING]), "{answer}");
 
     // The example as the user applies it in namespace media.
     let mut pipeline = example("numaflow/video-pipeline.yaml");

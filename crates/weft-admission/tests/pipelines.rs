@@ -10,13 +10,14 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use support::{Webhook, assert_unchanged, patched};
+use weft_admission::webhook::pipelines::FULL_CRD_WARNING;
 use weft_admission::webhook::{
-    InMemoryJobs, InMemoryNumaNetworks, NetworkOptions, NumaNetworkValidator, WebhookState, WiringOptions,
-    typed_validator,
+    FixedPipelineCrd, InMemoryJobs, InMemoryNumaNetworks, NetworkOptions, NumaNetworkValidator, WebhookState,
+    WiringOptions, typed_validator,
 };
 use weft_crds::NumaNetwork;
 use weft_jobs::admission::AdmissionOptions;
-use weft_pipeline::{MANAGED_ENV_ANNOTATION, VERTEX_DOMAINS_ANNOTATION};
+use weft_pipeline::{EdgeField, MANAGED_ENV_ANNOTATION, VERTEX_DOMAINS_ANNOTATION};
 
 const NN: &str = "pipeline1-multi-network";
 const RCT: &str = "pipeline1-multi-network-rct";
@@ -281,6 +282,39 @@ async fn updates_keep_problems_the_stored_pipeline_had_as_warnings_and_deletion_
     assert_unchanged(&server.review("/pipelines/validate", &pipeline_review(&deleting, Some(&worse))).await);
     assert_unchanged(&server.review("/pipelines/mutate", &pipeline_review(&deleting, Some(&worse))).await);
     server.stop().await;
+}
+
+#[tokio::test]
+async fn an_unbound_pipeline_is_told_when_the_served_crd_drops_the_edge_field() {
+    let networks = Arc::new(InMemoryNumaNetworks::new());
+    networks.insert(NN);
+    let mut unbound = video_pipeline();
+    for e in unbound["spec"]["edges"].as_array_mut().unwrap() {
+        e.as_object_mut().unwrap().remove("numaNetwork");
+    }
+    let mut annotated = unbound.clone();
+    annotated["metadata"]["annotations"]["weft.io/numa-network-edges"] = json!(
+        json!([{"from": "filter-resize", "to": "inference", "numaNetwork": NN, "connectionType": "direct"}])
+            .to_string()
+    );
+    for (served, pipeline, told) in [
+        (Some(EdgeField::Pruned), &unbound, true),
+        (Some(EdgeField::Pruned), &annotated, false),
+        (Some(EdgeField::Kept), &unbound, false),
+        (None, &unbound, false),
+    ] {
+        let opts =
+            NetworkOptions { wiring: WiringOptions::default(), max_numa_networks: 0, validator: Some(crd_rules()) };
+        let state = WebhookState::new(Arc::new(InMemoryJobs::new()), AdmissionOptions::default())
+            .with_numa_networks(networks.clone(), opts)
+            .with_pipeline_crd(Arc::new(FixedPipelineCrd(served)));
+        let server = Webhook::start_with(state).await;
+        let answer = server.review("/pipelines/validate", &pipeline_review(pipeline, None)).await;
+        assert_eq!(answer["response"]["allowed"], true, "{answer}");
+        let expected = if told { vec![FULL_CRD_WARNING.to_owned()] } else { vec![] };
+        assert_eq!(warnings(&answer), expected, "served {served:?}");
+        server.stop().await;
+    }
 }
 
 #[tokio::test]

@@ -9,14 +9,19 @@
 //!   a network its claim, `VERTEX_DOMAIN`/`VERTEX_DOMAIN_TARGETS` and the domains annotation
 //!   ([`wire`]). The Pipeline webhook answers with it.
 //!
+//! - [`crd`]: which Pipeline CRD the cluster serves (Numaflow's full CRD prunes
+//!   `spec.edges[].numaNetwork`; the minimal one keeps it), read from the served CRD object.
+//!
 //! The names shared by the Pipeline webhook, the DNS registrar and `weft simulate` live here, so
 //! the three agree by construction. Operator documentation: `docs/pipelines.md`.
 
+pub mod crd;
 pub mod domain;
 pub mod edges;
 pub mod problem;
 pub mod wiring;
 
+pub use crd::{EdgeField, PIPELINE_CRD_NAME, edge_field};
 pub use domain::{
     DEFAULT_ZONE, DomainError, PIPELINE_NAME_LABEL, VERTEX_DOMAIN_ENV, VERTEX_DOMAIN_TARGETS_ENV,
     VERTEX_DOMAINS_ANNOTATION, VERTEX_NAME_LABEL, VertexDomainEntry, vertex_domain,

@@ -120,6 +120,102 @@ const CONTAINER: &[&str] = &[
     "ports",
 ];
 
+/// `PipelineSpec` (`pipeline_types.go`).
+const PIPELINE_SPEC: &[&str] = &[
+    "interStepBufferServiceName",
+    "vertices",
+    "edges",
+    "lifecycle",
+    "limits",
+    "watermark",
+    "templates",
+    "sideInputs",
+    "interStepBuffer",
+    "ordered",
+];
+/// `Edge` (`edge_types.go`).
+const EDGE: &[&str] = &["from", "to", "conditions", "onFull"];
+
+/// A Pipeline CRD object as the API server serves it: Numaflow's full CRD (`config/base/crds/full`)
+/// reduced to the part that decides `spec.edges[]` (the Go `Edge` type's fields, nothing preserved),
+/// or its minimal CRD (`config/base/crds/minimal`: `spec` keeps unknown fields).
+pub fn pipeline_crd(full: bool) -> Value {
+    let spec = if full {
+        let edge: Map<String, Value> = EDGE.iter().map(|f| (f.to_string(), json!({}))).collect();
+        json!({"type": "object", "properties": {
+            "edges": {"type": "array", "items": {"type": "object", "required": ["from", "to"], "properties": edge}},
+            "vertices": {"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+        }})
+    } else {
+        json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
+    };
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("pipelines.{GROUP}")},
+        "spec": {
+            "group": GROUP, "scope": "Namespaced",
+            "names": {"kind": "Pipeline", "listKind": "PipelineList", "plural": "pipelines", "singular": "pipeline", "shortNames": ["pl"]},
+            "versions": [{"name": VERSION, "served": true, "storage": true, "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "required": ["spec"], "properties": {
+                    "apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": {"type": "object"},
+                    "spec": spec,
+                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}],
+        },
+    })
+}
+
+/// Drops the keys of the object at `v` that `fields` does not declare, noting each as `at.key`.
+fn prune_at(v: &mut Value, fields: &[&str], at: &str, pruned: &mut Vec<String>) {
+    if let Value::Object(m) = v {
+        m.retain(|k, _| {
+            let keep = fields.contains(&k.as_str());
+            if !keep {
+                pruned.push(format!("{at}.{k}"));
+            }
+            keep
+        });
+    }
+}
+
+/// A Pipeline as the API server stores it when the cluster serves Numaflow's full Pipeline CRD
+/// (`config/base/crds/full`, the one `config/install.yaml` installs): a structural schema generated
+/// by controller-gen from the Go types, with no `x-kubernetes-preserve-unknown-fields`, so every
+/// field the Go types do not declare is pruned, from the request and again from a mutating
+/// webhook's result. Pruned here, where weft reads or writes: `spec`, `spec.edges[]`,
+/// `spec.vertices[]`, a vertex's `metadata` and its user container. Returns the object and the
+/// paths pruned.
+pub fn prune_as_full_crd(pipeline: &Value) -> (Value, Vec<String>) {
+    let mut out = pipeline.clone();
+    let mut pruned = Vec::new();
+    let Some(spec) = out.get_mut("spec") else { return (out, pruned) };
+    prune_at(spec, PIPELINE_SPEC, "spec", &mut pruned);
+    if let Some(edges) = spec.get_mut("edges").and_then(Value::as_array_mut) {
+        for (i, e) in edges.iter_mut().enumerate() {
+            prune_at(e, EDGE, &format!("spec.edges[{i}]"), &mut pruned);
+        }
+    }
+    if let Some(vertices) = spec.get_mut("vertices").and_then(Value::as_array_mut) {
+        for (i, v) in vertices.iter_mut().enumerate() {
+            let at = format!("spec.vertices[{i}]");
+            prune_at(v, ABSTRACT_VERTEX, &at, &mut pruned);
+            if let Some(m) = v.get_mut("metadata") {
+                prune_at(m, &["annotations", "labels"], &format!("{at}.metadata"), &mut pruned);
+            }
+            for (kind, user) in [("udf", None), ("sink", Some("udsink")), ("source", Some("udsource"))] {
+                let holder = match user {
+                    None => v.get_mut(kind),
+                    Some(u) => v.get_mut(kind).and_then(|k| k.get_mut(u)),
+                };
+                if let Some(c) = holder.and_then(|h| h.get_mut("container")) {
+                    let path = format!("{at}.{kind}{}.container", user.map(|u| format!(".{u}")).unwrap_or_default());
+                    prune_at(c, CONTAINER, &path, &mut pruned);
+                }
+            }
+        }
+    }
+    (out, pruned)
+}
+
 fn keep(v: &Value, fields: &[&str]) -> Value {
     match v {
         Value::Object(m) => Value::Object(

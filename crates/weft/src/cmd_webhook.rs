@@ -9,8 +9,9 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use weft_admission::webhook::{
-    self, DEFAULT_ZONE, InMemoryJobs, InMemoryNumaNetworks, JobSource, KubeJobSource, KubeNumaNetworks, NetworkOptions,
-    NumaNetworkSource, NumaNetworkValidator, TlsFiles, WebhookState, WiringOptions, typed_validator,
+    self, DEFAULT_ZONE, FixedPipelineCrd, InMemoryJobs, InMemoryNumaNetworks, JobSource, KubeJobSource,
+    KubeNumaNetworks, KubePipelineCrd, NetworkOptions, NumaNetworkSource, NumaNetworkValidator, PipelineCrdSource,
+    TlsFiles, WebhookState, WiringOptions, typed_validator,
 };
 use weft_crds::NumaNetwork;
 use weft_jobs::admission::AdmissionOptions;
@@ -81,14 +82,25 @@ pub fn run(a: WebhookArgs) -> anyhow::Result<()> {
     };
     let tls = Arc::new(TlsFiles::load(&a.tls_cert_file, &a.tls_key_file).context("loading the serving certificate")?);
     component::run("webhook", &a.ops, |c| async move {
-        let (jobs, networks): (Arc<dyn JobSource>, Arc<dyn NumaNetworkSource>) = match &a.jobs_file {
-            Some(file) => (Arc::new(local_jobs(file)?), Arc::new(local_networks(a.numa_networks_file.as_deref())?)),
+        type Sources = (Arc<dyn JobSource>, Arc<dyn NumaNetworkSource>, Arc<dyn PipelineCrdSource>);
+        let (jobs, networks, pipeline_crd): Sources = match &a.jobs_file {
+            Some(file) => (
+                Arc::new(local_jobs(file)?),
+                Arc::new(local_networks(a.numa_networks_file.as_deref())?),
+                Arc::new(FixedPipelineCrd(None)),
+            ),
             None => {
                 let client = a.kube.client().await?;
-                (Arc::new(KubeJobSource::spawn(client.clone())), Arc::new(KubeNumaNetworks::spawn(client)))
+                (
+                    Arc::new(KubeJobSource::spawn(client.clone())),
+                    Arc::new(KubeNumaNetworks::spawn(client.clone())),
+                    Arc::new(KubePipelineCrd::spawn(client)),
+                )
             }
         };
-        let state = Arc::new(WebhookState::new(jobs, opts).with_numa_networks(networks, network_opts));
+        let state = Arc::new(
+            WebhookState::new(jobs, opts).with_numa_networks(networks, network_opts).with_pipeline_crd(pipeline_crd),
+        );
         c.ops.register_metrics(|registry| {
             state.register_metrics(registry);
             tls.register_metrics(registry, "webhook");

@@ -117,12 +117,13 @@ fn example(name: &str) -> Value {
     serde_saphyr::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
 }
 
-/// The seed's video pipeline (deploy/examples/numaflow/video-pipeline.yaml: in → filter-resize →
+/// The seed's video pipeline (deploy/examples/numaflow/video-pipeline-field.yaml, the binding in the
+/// edges: in → filter-resize →
 /// inference → out, filter-resize → inference direct and inference → out through the ISB) on
 /// NumaNetwork `fast`. The GPU claims are taken out: this loop is the NIC's, and no GPU driver
 /// runs here to prepare them.
 fn video_pipeline() -> Value {
-    let mut p = example("numaflow/video-pipeline.yaml");
+    let mut p = example("numaflow/video-pipeline-field.yaml");
     p["metadata"]["namespace"] = json!(NS);
     for v in p["spec"]["vertices"].as_array_mut().unwrap() {
         let v = v.as_object_mut().unwrap();

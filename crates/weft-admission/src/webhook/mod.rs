@@ -26,6 +26,7 @@
 
 pub mod jobs;
 pub mod networks;
+pub mod pipeline_crd;
 pub mod pipelines;
 pub mod review;
 
@@ -54,6 +55,7 @@ use weft_kube::http::ServeOptions;
 
 pub use jobs::{InMemoryJobs, JobSource, KubeJobSource, MutatorCache};
 pub use networks::{InMemoryNumaNetworks, KubeNumaNetworks, NumaNetworkSource, NumaNetworkValidator, typed_validator};
+pub use pipeline_crd::{FixedPipelineCrd, KubePipelineCrd, PipelineCrdSource};
 pub use pipelines::{MAX_NETWORKS_PER_PIPELINE, NetworkOptions};
 pub use review::{AdmissionRequest, Decision, Denial, Operation, ReviewResponse};
 pub use weft_kube::tls::{TlsError, TlsFiles};
@@ -233,7 +235,7 @@ impl WebhookState {
     /// `source` and deciding with `opts`.
     #[must_use]
     pub fn with_numa_networks(mut self, source: Arc<dyn NumaNetworkSource>, opts: NetworkOptions) -> WebhookState {
-        self.networks = Some(pipelines::Networks { source, opts });
+        self.networks = Some(pipelines::Networks { source, opts, crd: None });
         self
     }
 

@@ -22,9 +22,10 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use tokio::time::Instant;
-use weft_pipeline::{WiringOptions, referenced_networks, wire};
+use weft_pipeline::{EdgeField, WiringOptions, referenced_networks, wire};
 
 use super::networks::{NumaNetworkSource, NumaNetworkValidator};
+use super::pipeline_crd::PipelineCrdSource;
 use super::{AdmissionRequest, Decision, Denial, Operation, WebhookState};
 
 /// Most distinct NumaNetworks one Pipeline may name: each one the cache does not hold costs a GET.
@@ -55,7 +56,15 @@ impl std::fmt::Debug for NetworkOptions {
 pub(super) struct Networks {
     pub(super) source: Arc<dyn NumaNetworkSource>,
     pub(super) opts: NetworkOptions,
+    /// What the served Pipeline CRD does with `spec.edges[].numaNetwork`, when known.
+    pub(super) crd: Option<Arc<dyn PipelineCrdSource>>,
 }
+
+/// The validating webhook's warning for a Pipeline that binds no edge while the served Pipeline
+/// CRD drops `spec.edges[].numaNetwork`: the field form cannot have reached weft.
+pub const FULL_CRD_WARNING: &str = "no edge of this Pipeline is bound to a NumaNetwork, and this cluster serves \
+     Numaflow's full Pipeline CRD, which has no spec.edges[].numaNetwork (the API server refuses or drops that \
+     field before weft sees it); bind edges in the annotation weft.io/numa-network-edges (docs/pipelines.md)";
 
 fn is_deleting(object: &Value) -> bool {
     object.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null())
@@ -66,6 +75,17 @@ fn pipeline_ref(request: &AdmissionRequest) -> String {
 }
 
 impl WebhookState {
+    /// The same state telling the Pipeline webhook which Pipeline CRD the cluster serves (only
+    /// after [`WebhookState::with_numa_networks`]): a Pipeline that binds no edge while the CRD
+    /// drops `spec.edges[].numaNetwork` is admitted with [`FULL_CRD_WARNING`].
+    #[must_use]
+    pub fn with_pipeline_crd(mut self, crd: Arc<dyn PipelineCrdSource>) -> WebhookState {
+        if let Some(n) = self.networks.as_mut() {
+            n.crd = Some(crd);
+        }
+        self
+    }
+
     fn networks(&self) -> Result<&Networks, Denial> {
         self.networks.as_ref().ok_or_else(|| {
             Denial::internal(
@@ -176,8 +196,8 @@ impl WebhookState {
             }
             _ => None,
         };
-        let wiring = match self.networks() {
-            Ok(n) => n.opts.wiring.clone(),
+        let (wiring, edge_field) = match self.networks() {
+            Ok(n) => (n.opts.wiring.clone(), n.crd.as_ref().and_then(|c| c.edge_field())),
             Err(d) => return Decision::deny(d),
         };
         let mut names = referenced_networks(object);
@@ -204,7 +224,13 @@ impl WebhookState {
             Err(d) => return Decision::deny(d),
         };
         match new {
-            Ok(w) => Decision::allow().with_warnings(w.warnings),
+            Ok(w) => {
+                let mut warnings = w.warnings;
+                if w.bindings.is_empty() && edge_field == Some(EdgeField::Pruned) {
+                    warnings.push(FULL_CRD_WARNING.to_string());
+                }
+                Decision::allow().with_warnings(warnings)
+            }
             Err(problems) => {
                 let mut warnings = Vec::new();
                 let mut errors = Vec::new();
