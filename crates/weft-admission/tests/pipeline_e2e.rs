@@ -123,6 +123,14 @@ async fn numaflow_turns_the_wired_pipeline_into_pods_with_the_claims_env_and_dom
     tokio::time::timeout(HANG_GUARD, networks.wait_until_synced()).await.expect("NumaNetwork cache synced");
     tokio::time::timeout(HANG_GUARD, crd.wait_until_known()).await.expect("Pipeline CRD read");
     assert_eq!(crd.edge_field(), Some(EdgeField::Pruned), "the full CRD drops spec.edges[].numaNetwork");
+    // The webhook's reads so far (the CRD and NumaNetwork watches) are granted by its ClusterRole.
+    let reads: Vec<_> = api
+        .requests()
+        .into_iter()
+        .filter(|r| ["customresourcedefinitions", "numanetworks"].contains(&r.resource.as_str()))
+        .collect();
+    assert!(reads.iter().any(|r| r.resource == "customresourcedefinitions"), "{reads:?}");
+    weft_testkit::rbac::assert_granted(&reads, &["components/webhook/rbac.yaml"]);
     assert!(webhook.ops.is_ready(), "{:?}", webhook.ops.readiness());
     assert_eq!(networks.len(), 1);
 
@@ -245,8 +253,8 @@ async fn numaflow_turns_the_wired_pipeline_into_pods_with_the_claims_env_and_dom
     listed.sort();
     assert_eq!(listed, [NN, "second"]);
 
-    // The webhook reads NumaNetworks only: get, list and watch (its ClusterRole needs these three
-    // on numaflow.numaproj.io numanetworks, and nothing else for the Pipeline webhooks).
+    // The webhook reads NumaNetworks with get, list and watch (its ClusterRole needs these three on
+    // numaflow.numaproj.io numanetworks; besides, list and watch on the Pipeline CRD, checked above).
     let verbs: std::collections::BTreeSet<Verb> = api
         .requests()
         .iter()
