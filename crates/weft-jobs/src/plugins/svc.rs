@@ -187,8 +187,8 @@ fn hosts_env_problems(job: &Job, cm_name: &str) -> Vec<String> {
     if size.largest_pod_bytes > MAX_POD_HOSTS_ENV_BYTES {
         out.push(format!(
             "job {job_ref}: every container would carry {} host env references (VC_<task>_HOSTS and VC_<task>_NUM for \
-             each of the job's {} tasks), {} bytes on a pod of task {:?} ({} containers); at most {MAX_POD_HOSTS_ENV_BYTES} \
-             bytes per pod",
+             each of the job's {} tasks), {} bytes on a pod of task {:?} (containers and init containers: {}); at most \
+             {MAX_POD_HOSTS_ENV_BYTES} bytes per pod",
             size.references,
             size.references / 2,
             size.largest_pod_bytes,
