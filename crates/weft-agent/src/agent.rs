@@ -574,9 +574,9 @@ impl Manager {
             .collect()
     }
 
-    /// Whether any admit or release happened since the last call (the first call says `true`
-    /// only if one happened). While nothing did, no container's wanted settings moved, so the
-    /// per-CreateContainer scan for stale containers can be skipped; containers marked stale for
+    /// Whether any admit, release or resize happened since the last call (the first call says
+    /// `true` only if one happened). While nothing did, no container's wanted settings moved, so a
+    /// started container need not wake the push of the shared pool; containers marked stale for
     /// other reasons (drift) are the periodic reconcile's, which always scans.
     pub fn moved_since_last_scan(&self) -> bool {
         let mut st = lock(&self.state);

@@ -5,13 +5,15 @@
 //! |---|---|
 //! | Synchronize | release pods that no longer exist, admit pods that run without weft ([`classify_pods`]: not those whose sandboxes are all NotReady with nothing running), record every pod's sandboxes, track every container and answer updates for those whose settings differ |
 //! | RunPodSandbox | admit (allocate + checkpoint); an error fails the sandbox with the reason |
-//! | CreateContainer | adjustment: cpuset cpus/mems, CFS quota/period, memory limit, `memory.high` (cgroup v2 only, through `unified`), env; plus updates moving shared-pool containers off CPUs that just became exclusive |
+//! | CreateContainer | adjustment: cpuset cpus/mems, CFS quota/period, memory limit, `memory.high` (cgroup v2 only, through `unified`), env; no updates of other containers (containerd would apply them one by one inside this call) |
+//! | PostStartContainer | when an admit or release moved the shared pool: wake the push ([`NriHandler::push_signal`]) that moves shared containers off CPUs that just became exclusive, right after the start |
 //! | UpdateContainer | follow an in-place resize (the pod's spec fetched again, [`Manager::resize`]) keeping weft's cpuset and exclusivity; refuse with the reason what weft's rules forbid |
 //! | RemovePodSandbox | release + checkpoint when it was the pod's last sandbox (the kubelet removes a re-created pod's old sandbox while the new one runs) |
 //! | RemoveContainer | forget the container |
 //!
 //! The reconcile loop ([`reconcile_once`]) sends `UpdateContainers` for every tracked container whose
-//! wanted settings moved (the shared pool grows and shrinks as exclusive pods come and go).
+//! wanted settings moved (the shared pool grows and shrinks as exclusive pods come and go), in
+//! batches of [`UPDATE_BATCH`], every period and whenever a started container wakes it.
 
 use std::sync::Arc;
 
@@ -31,6 +33,7 @@ pub fn subscription() -> EventMask {
         Event::StopPodSandbox,
         Event::RemovePodSandbox,
         Event::CreateContainer,
+        Event::PostStartContainer,
         Event::UpdateContainer,
         Event::RemoveContainer,
     ]
@@ -191,29 +194,20 @@ fn cgroups_path(c: &api::Container) -> Option<String> {
 pub struct NriHandler {
     manager: Arc<Manager>,
     translation: Translation,
+    push: Arc<tokio::sync::Notify>,
 }
 
 impl NriHandler {
     /// A handler enforcing `manager`'s decisions.
     pub fn new(manager: Arc<Manager>, translation: Translation) -> NriHandler {
-        NriHandler { manager, translation }
+        NriHandler { manager, translation, push: Arc::new(tokio::sync::Notify::new()) }
     }
 
-    /// Updates for every tracked container other than `except` whose wanted settings moved since
-    /// the last admit or release (nothing to scan when none happened).
-    fn stale_updates(&self, except: Option<&str>) -> Vec<api::ContainerUpdate> {
-        let mut out = Vec::new();
-        if !self.manager.moved_since_last_scan() {
-            return out;
-        }
-        for (id, want) in self.manager.stale() {
-            if Some(id.as_str()) == except {
-                continue;
-            }
-            out.push(update(&id, &want, self.translation));
-            self.manager.mark_applied(&id, &want);
-        }
-        out
+    /// Notified (one stored permit) when a container started after an admit, release or resize
+    /// moved the shared pool: whoever runs [`reconcile_once`] (the service's reconcile loop)
+    /// should push the stale containers now rather than at the next period.
+    pub fn push_signal(&self) -> Arc<tokio::sync::Notify> {
+        self.push.clone()
     }
 }
 
@@ -304,11 +298,27 @@ impl Handler for NriHandler {
         };
         self.manager.track(&container.id, &m.uid, &container.name, cgroups_path(&container));
         self.manager.mark_applied(&container.id, &want);
+        // No updates of other containers here: containerd applies them inside this call, one
+        // UpdateContainerResources each, so moving N shared containers would delay this pod's
+        // start by N of them. The pool moves right after the start (post_start_container).
         Ok(ContainerCreation {
             adjust: Some(adjustment(&want, self.translation)),
-            update: self.stale_updates(Some(&container.id)),
+            update: Vec::new(),
             evict: Vec::new(),
         })
+    }
+
+    async fn post_start_container(
+        &self,
+        _pod: api::PodSandbox,
+        _container: api::Container,
+    ) -> Result<(), HandlerError> {
+        // The container runs: now move the shared containers whose pool changed. The push is
+        // applied by containerd under its NRI lock once this call has returned.
+        if self.manager.moved_since_last_scan() {
+            self.push.notify_one();
+        }
+        Ok(())
     }
 
     async fn update_container(
@@ -337,27 +347,33 @@ impl Handler for NriHandler {
     }
 }
 
-/// One reconcile pass in NRI mode: send `UpdateContainers` for every container whose wanted
-/// settings moved. Containers the runtime reports as failed are marked stale again. Returns how
-/// many updates were sent.
+/// How many container updates one `UpdateContainers` carries. containerd applies each as one
+/// `UpdateContainerResources` (tens of ms on a busy node) while holding its NRI lock, so every
+/// other pod's NRI call waits for the whole request: batches let them in between.
+pub const UPDATE_BATCH: usize = 8;
+
+/// One reconcile pass in NRI mode: send `UpdateContainers` (in batches of [`UPDATE_BATCH`]) for
+/// every container whose wanted settings moved. Containers the runtime reports as failed are no
+/// longer tracked. Returns how many updates were applied.
 pub async fn reconcile_once(manager: &Manager, runtime: &RuntimeHandle, t: Translation) -> Result<usize, String> {
-    let stale = manager.stale();
-    if stale.is_empty() {
-        return Ok(0);
-    }
-    let updates: Vec<api::ContainerUpdate> = stale.iter().map(|(id, s)| update(id, s, t)).collect();
-    let failed = runtime.update_containers(updates, Vec::new()).await.map_err(|e| e.to_string())?;
-    let failed_ids: std::collections::BTreeSet<String> = failed.iter().map(|u| u.container_id.clone()).collect();
-    for (id, s) in &stale {
-        if failed_ids.contains(id) {
-            // Gone, or not the runtime's any more: the next Synchronize tracks it again if it runs.
-            tracing::warn!(container = %id, "runtime could not update container; no longer tracked");
-            manager.untrack(id);
-        } else {
-            manager.mark_applied(id, s);
+    let mut applied = 0;
+    for batch in manager.stale().chunks(UPDATE_BATCH) {
+        let updates: Vec<api::ContainerUpdate> = batch.iter().map(|(id, s)| update(id, s, t)).collect();
+        let failed = runtime.update_containers(updates, Vec::new()).await.map_err(|e| e.to_string())?;
+        let failed_ids: std::collections::BTreeSet<String> = failed.iter().map(|u| u.container_id.clone()).collect();
+        for (id, s) in batch {
+            if failed_ids.contains(id) {
+                // Gone, or not the runtime's any more: the next Synchronize tracks it again if it
+                // runs.
+                tracing::warn!(container = %id, "runtime could not update container; no longer tracked");
+                manager.untrack(id);
+            } else {
+                manager.mark_applied(id, s);
+                applied += 1;
+            }
         }
     }
-    Ok(stale.len() - failed_ids.len())
+    Ok(applied)
 }
 
 #[cfg(test)]

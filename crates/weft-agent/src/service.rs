@@ -4,8 +4,9 @@
 //! Modes (`--mode`):
 //! - `nri`: register with the runtime's NRI socket and enforce synchronously; reconnect with
 //!   backoff whenever the runtime drops us (each new session Synchronizes and corrects what ran
-//!   without weft). A periodic reconcile sends `UpdateContainers` for containers whose settings
-//!   moved or whose cgroup drifted.
+//!   without weft). A periodic reconcile releases pods the kubelet no longer has and sends
+//!   `UpdateContainers` for containers whose settings moved or whose cgroup drifted; a container
+//!   started after the shared pool moved wakes it at once (only the push, not the rest).
 //! - `bypass`: poll the kubelet's pod list and write cgroup files (see [`crate::bypass`]).
 //! - `auto`: NRI when the socket answers, else bypass; keep probing the socket every period and
 //!   switch to NRI for good when it appears (Katalyst decides once at start; a node whose
@@ -205,6 +206,7 @@ async fn run_nri(
     tracing::info!(plugin = %cfg.nri.full_name(), "enforcing through NRI");
     let handle = RuntimeHandle::new();
     let handler = Arc::new(NriHandler::new(manager.clone(), translation));
+    let push = handler.push_signal();
     let readiness = {
         let mut sessions = handle.subscribe_sessions();
         let ready = cfg.ready.clone();
@@ -229,11 +231,21 @@ async fn run_nri(
             let mut tick = tokio::time::interval(period);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
-                tokio::select! {
+                let kicked = tokio::select! {
                     _ = shutdown.cancelled() => return,
-                    _ = tick.tick() => {}
-                }
+                    _ = tick.tick() => false,
+                    _ = push.notified() => true,
+                };
                 if !handle.is_connected() {
+                    continue;
+                }
+                if kicked {
+                    // A container started after the shared pool moved: push now.
+                    match reconcile_once(&manager, &handle, translation).await {
+                        Ok(0) => {}
+                        Ok(n) => tracing::info!(updated = n, "shared pool moved: containers updated"),
+                        Err(e) => tracing::warn!(error = %e, "pushing the shared pool: UpdateContainers failed"),
+                    }
                     continue;
                 }
                 // Pods gone without a RemovePodSandbox (containerd relays none for pods that

@@ -327,7 +327,11 @@ async fn an_exclusive_pod_moves_shared_containers_off_its_cpus_and_removal_gives
 
     let g = guard(s.run_pod("g", "2", true, None)).await.unwrap();
     let exclusive = cpus_of(&g);
-    // The CreateContainer answer carried an update for the Burstable container.
+    // The pool shrinks through an UpdateContainers after the start (the service's loop sends it
+    // when the container starts; here the test sends it).
+    assert_eq!(cpus_of(&s.runtime.container("c-burst").unwrap()).len(), 16, "not in the CreateContainer answer");
+    let sent = guard(reconcile_once(&agent.manager, &agent.handle, Translation { unified: true })).await.unwrap();
+    assert_eq!(sent, 1);
     let moved = cpus_of(&s.runtime.container("c-burst").unwrap());
     assert_eq!(moved.len(), 14, "{moved}");
     assert!(exclusive.iter().all(|x| !moved.contains(x)));
@@ -965,6 +969,44 @@ async fn pods_deleted_after_a_runtime_restart_are_released_without_any_pod_event
     // And a new exclusive pod that needs them is admitted.
     let c = guard(s.run_pod("c", "12", true, None)).await.unwrap();
     assert_eq!(cpus_of(&c).len(), 12);
+    stop.cancel();
+    guard(task).await.unwrap().unwrap();
+}
+
+/// Issue #24 item 4: containerd applies the updates of a CreateContainer answer one by one inside
+/// that call, so moving every shared container there makes an exclusive pod's start wait for all
+/// of them. The pool shrinks instead right after the container started, as an UpdateContainers
+/// (here with a reconcile period of an hour, so only the start can have sent it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exclusive_pods_create_carries_no_updates_and_the_pool_shrinks_after_its_start() {
+    let s = setup(RuntimeOptions::default()).await;
+    let mut cfg = service_config(&s.socket, &s.checkpoint, s.kubelet.clone(), weft_agent::service::Mode::Nri, None);
+    cfg.period = Duration::from_secs(3600);
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(weft_agent::service::run(cfg, stop.clone()));
+    guard(s.runtime.wait_synchronized("10-weft")).await;
+    guard(s.run_pod("b", "500m", false, None)).await.unwrap();
+    guard(s.runtime.start_container("c-b")).await.unwrap();
+    assert_eq!(cpus_of(&s.runtime.container("c-b").unwrap()).len(), 16);
+
+    let from = s.runtime.event_count();
+    let g = guard(s.run_pod("g", "2", true, None)).await.unwrap();
+    let exclusive = cpus_of(&g);
+    let in_reply: Vec<HarnessEvent> = s.runtime.events()[from..]
+        .iter()
+        .filter(|e| matches!(e, HarnessEvent::CreateUpdates { .. }))
+        .cloned()
+        .collect();
+    assert!(in_reply.is_empty(), "the CreateContainer answer moved other containers: {in_reply:?}");
+    guard(s.runtime.start_container("c-g")).await.unwrap();
+    guard(s.runtime.wait_event(
+        from,
+        |e| matches!(e, HarnessEvent::Unsolicited { update, .. } if update.iter().any(|u| u.container_id == "c-b")),
+    ))
+    .await;
+    let shared = cpus_of(&s.runtime.container("c-b").unwrap());
+    assert_eq!(shared.len(), 14, "{shared}");
+    assert!(exclusive.iter().all(|x| !shared.contains(x)), "shared {shared} still on exclusive {exclusive}");
     stop.cancel();
     guard(task).await.unwrap().unwrap();
 }
