@@ -13,7 +13,8 @@
 #      deploy/examples, whose weft-cni network configurations are also read as weft-cni reads them
 #      and checked against the sriov component's physnets and the pods that attach them;
 #   4. weft's own rules: security defaults on every pod, probes on declared ports, WEFT_WAIT_IMAGE
-#      equal to its container's image, one ClusterRole per component bound to its ServiceAccount,
+#      equal to its container's image, one ClusterRole per component bound to its ServiceAccount
+#      (and per opt-in feature, `<component role>-<feature>`, bound to the same ServiceAccount),
 #      the agent's admission policy naming the agent's real service account, webhook and
 #      kube-scheduler configuration pointing at real Services;
 #   5. the Helm chart deploy/charts/weft: `helm lint --strict`, its metadata against the base, its
@@ -680,6 +681,15 @@ def check_workload(where, obj):
                 err(cw, f"{probe} uses port {port!r}, which the container does not declare")
 
 
+def role_owner(name):
+    """The component a ClusterRole belongs to: its own name, or the component role it extends
+    (`weft-agent-nic-dra` -> `weft-agent`); None for neither."""
+    if name in COMPONENT_ROLES:
+        return name
+    owners = [r for r in COMPONENT_ROLES if name.startswith(r + "-")]
+    return max(owners, key=len) if owners else None
+
+
 def check_target(target, objs):
     by_kind = {}
     for where, o in objs:
@@ -703,11 +713,14 @@ def check_target(target, objs):
             if (ns, sa) not in sas:
                 err(where, f"serviceAccountName {sa!r} is not a ServiceAccount in {ns}")
 
-    # RBAC: exactly one ClusterRole per component, bound to its ServiceAccount.
+    # RBAC: one ClusterRole per component, bound to its ServiceAccount; an opt-in feature of a
+    # component brings its own ClusterRole `<component role>-<feature>` bound to the same
+    # ServiceAccount (weft-agent-nic-dra), so the base grants none of the feature's rules.
     roles = names("ClusterRole")
     for name, (where, _) in roles.items():
-        if name not in COMPONENT_ROLES:
-            err(where, f"ClusterRole {name} is not one of the component roles {sorted(COMPONENT_ROLES)}")
+        if role_owner(name) is None:
+            err(where, f"ClusterRole {name} is neither a component role {sorted(COMPONENT_ROLES)} nor "
+                       f"<component role>-<feature>")
     bindings = names("ClusterRoleBinding")
     for name in roles:
         where = roles[name][0]
@@ -719,8 +732,9 @@ def check_target(target, objs):
         if b["roleRef"].get("name") != name:
             err(where, f"ClusterRoleBinding {name} binds {b['roleRef'].get('name')}")
         subjects = b.get("subjects") or []
-        if [(s.get("kind"), s.get("name")) for s in subjects] != [("ServiceAccount", name)]:
-            err(where, f"ClusterRoleBinding {name} must bind exactly ServiceAccount {name}")
+        owner = role_owner(name) or name
+        if [(s.get("kind"), s.get("name")) for s in subjects] != [("ServiceAccount", owner)]:
+            err(where, f"ClusterRoleBinding {name} must bind exactly ServiceAccount {owner}")
         for s in subjects:
             if (s.get("namespace"), s.get("name")) not in sas:
                 err(where, f"ClusterRoleBinding {name}: no ServiceAccount {s.get('namespace')}/{s.get('name')}")

@@ -41,7 +41,13 @@ log "deploy manifests (hadolint, yamllint, kustomize and Helm renders, Kubernete
 bash scripts/lint-deploy.sh
 
 log "cargo test (workspace)"
+# Every RBAC check (weft_testkit::rbac::assert_granted) writes the rules its requests used to this
+# ledger; the check after the suite fails on rules that no test exercised.
+rm -rf "${CARGO_TARGET_DIR:-target}/rbac-ledger"
 cargo test --workspace --features weft-transport/rdma,weft-transport/gpu --locked --no-fail-fast
+
+log "RBAC: every rule of deploy/'s roles exercised by some test (the ledger the suite just wrote)"
+cargo test -p weft-testkit --test rbac_exercised --locked -- --ignored --nocapture
 
 log "weft-transport's side-by-side bench, quick smoke run (real nats-server; every path checked for loss and duplicates)"
 cargo test -p weft-transport --bench transport --locked

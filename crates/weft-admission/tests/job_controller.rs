@@ -183,7 +183,10 @@ async fn a_job_gets_its_objects_owned_and_labelled_and_a_restart_writes_nothing(
     assert_eq!(object_writes(&requests), Vec::<String>::new(), "steady state writes nothing");
     assert!(requests.iter().any(|r| r.verb == Verb::Watch && r.resource == "secrets"), "it did watch");
     assert_eq!(ssh_private_key(&server, "train"), keys);
-    common::rbac::assert_granted(&server.requests(), &["base/controller/rbac.yaml"]);
+    common::rbac::assert_granted(
+        &server.requests(),
+        &["base/controller/rbac.yaml", "components/webhook/controller-rbac.yaml"],
+    );
 }
 
 #[tokio::test]
@@ -219,7 +222,10 @@ async fn scaling_regenerates_hosts_hostfile_and_ssh_config_but_keeps_the_keys() 
     .await;
     running.stop().await;
     assert_eq!(ssh_private_key(&server, "scale"), keys, "the keys never change");
-    common::rbac::assert_granted(&server.requests(), &["base/controller/rbac.yaml"]);
+    common::rbac::assert_granted(
+        &server.requests(),
+        &["base/controller/rbac.yaml", "components/webhook/controller-rbac.yaml"],
+    );
 }
 
 /// Standard base64 (what the API server stores Secret data as), decoded to text.
@@ -274,7 +280,10 @@ async fn objects_no_longer_desired_are_pruned_and_others_are_left_alone() {
         object_writes(&server.requests()).into_iter().filter(|w| w.starts_with("delete")).collect();
     let expected = ["delete configmaps/prune-mpi-hostfile", "delete networkpolicies/prune", "delete secrets/prune-ssh"];
     assert_eq!(deletes, expected.iter().map(|s| (*s).to_owned()).collect(), "uid {}", stored["metadata"]["uid"]);
-    common::rbac::assert_granted(&server.requests(), &["base/controller/rbac.yaml"]);
+    common::rbac::assert_granted(
+        &server.requests(),
+        &["base/controller/rbac.yaml", "components/webhook/controller-rbac.yaml"],
+    );
 }
 
 #[tokio::test]
@@ -302,7 +311,10 @@ async fn an_ended_job_loses_its_objects_and_gets_them_back_when_it_runs_again() 
         running.stop().await;
         set_phase(&server, "done", "Running");
     }
-    common::rbac::assert_granted(&server.requests(), &["base/controller/rbac.yaml"]);
+    common::rbac::assert_granted(
+        &server.requests(),
+        &["base/controller/rbac.yaml", "components/webhook/controller-rbac.yaml"],
+    );
 }
 
 #[tokio::test]
@@ -334,7 +346,10 @@ async fn an_invalid_annotation_gets_a_warning_event_and_no_objects() {
     let note = e["note"].as_str().unwrap();
     assert!(note.contains("weft.io/job-plugins") && note.contains("\"nope\"") && note.contains("launcher"), "{note}");
     assert!(e["series"].is_null(), "sent once: {e}");
-    common::rbac::assert_granted(&server.requests(), &["base/controller/rbac.yaml"]);
+    common::rbac::assert_granted(
+        &server.requests(),
+        &["base/controller/rbac.yaml", "components/webhook/controller-rbac.yaml"],
+    );
 }
 
 #[tokio::test]
@@ -364,7 +379,10 @@ async fn a_job_without_the_annotation_gets_nothing_until_it_has_one() {
         .unwrap();
     wait_objects(&server, "plain", all_objects("plain")).await;
     running.stop().await;
-    common::rbac::assert_granted(&server.requests(), &["base/controller/rbac.yaml"]);
+    common::rbac::assert_granted(
+        &server.requests(),
+        &["base/controller/rbac.yaml", "components/webhook/controller-rbac.yaml"],
+    );
 }
 
 #[tokio::test]
@@ -404,7 +422,10 @@ async fn a_deleted_or_edited_object_is_put_back() {
     )
     .await;
     running.stop().await;
-    common::rbac::assert_granted(&server.requests(), &["base/controller/rbac.yaml"]);
+    common::rbac::assert_granted(
+        &server.requests(),
+        &["base/controller/rbac.yaml", "components/webhook/controller-rbac.yaml"],
+    );
 }
 
 #[tokio::test]
@@ -417,5 +438,8 @@ async fn without_volcano_the_controller_waits_and_starts_once_the_api_is_served(
     wait_objects(&server, "late", set(&[("ConfigMap", "late-svc"), ("Service", "late"), ("NetworkPolicy", "late")]))
         .await;
     running.stop().await;
-    common::rbac::assert_granted(&server.requests(), &["base/controller/rbac.yaml"]);
+    common::rbac::assert_granted(
+        &server.requests(),
+        &["base/controller/rbac.yaml", "components/webhook/controller-rbac.yaml"],
+    );
 }

@@ -79,6 +79,7 @@ async fn health_declares_a_profile_provider_only() {
 async fn addresses_are_handed_out_once_per_claim_and_device_and_given_back() {
     let server = FakeApiServer::start().await;
     let p = start(&server).await;
+    let setup = server.requests().len();
     let (code, text) = p.get_config("weft.io/net-a", "claim-1", "pci-0000-3b-02-1").await;
     assert_eq!(code, 200, "{text}");
     assert_eq!(addresses(&text), json!(["192.168.10.1/24"]));
@@ -100,6 +101,9 @@ async fn addresses_are_handed_out_once_per_claim_and_device_and_given_back() {
     let (_, third) = p.get_config("weft.io/net-a", "claim-3", "pci-0000-3b-02-3").await;
     assert_eq!(addresses(&third), json!(["192.168.10.1/24"]));
     p.stop.cancel();
+    // What the provider asked of the API server (after the test's own setup) is granted by the
+    // controller's ClusterRole, which the component runs it under.
+    weft_testkit::rbac::assert_granted(&server.requests()[setup..], &["base/controller/rbac.yaml"]);
 }
 
 #[tokio::test]

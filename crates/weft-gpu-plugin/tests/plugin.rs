@@ -351,7 +351,7 @@ async fn the_write_back_patches_the_pod_on_the_api_server_within_the_agents_rbac
     assert_eq!(untouched.metadata.uid, again.metadata.uid);
     assert_eq!(untouched.metadata.annotations.as_ref().unwrap()["weft.io/gpu-ids"], "1,6");
 
-    weft_testkit::rbac::assert_granted(&agent, &["base/agent/rbac.yaml"]);
+    weft_testkit::rbac::assert_granted(&agent, &["base/agent/rbac.yaml", "components/gpu-plugin/rbac.yaml"]);
     node.stop().await;
 }
 

@@ -102,6 +102,7 @@ async fn the_status_apply_writes_network_data_and_conditions_as_nic_weft_io() {
     guard(status.publish(&claim, &[device("vf-0", "net1", "192.168.10.5/24")])).await.unwrap();
     let again = server.get("resourceclaims", Some("ml"), "c1").unwrap();
     assert_eq!(again["status"], stored["status"]);
+    weft_testkit::rbac::assert_granted(&server.requests(), &["base/agent/rbac.yaml", "components/nic-dra/rbac.yaml"]);
 }
 
 #[tokio::test]

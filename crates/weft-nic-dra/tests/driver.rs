@@ -107,8 +107,8 @@ async fn prepare_allocates_an_address_sets_the_vlan_and_unprepare_undoes_it() {
     assert!(node.addresses().is_empty(), "the address is released");
     assert!(node.driver().checkpoint().state().claims.is_empty());
     assert!(node.kubelet.claim(NS, "c1").is_none());
-    // Every request the driver made is granted by the agent's ClusterRole.
-    weft_testkit::rbac::assert_granted(&node.api.requests(), &["base/agent/rbac.yaml"]);
+    // Every request the driver made is granted by the agent's ClusterRoles (base and nic-dra).
+    weft_testkit::rbac::assert_granted(&node.api.requests(), &["base/agent/rbac.yaml", "components/nic-dra/rbac.yaml"]);
 }
 
 #[tokio::test]
@@ -250,6 +250,7 @@ async fn taken_elsewhere(node: Node) {
     assert_eq!(node.driver().pod_nics().nics_for_pod("pod-vertex-0")[0].address.to_string(), "10.20.0.2/24");
     guard("unprepare", node.kubelet.unprepare(&p)).await.unwrap();
     assert_eq!(node.addresses().into_keys().collect::<Vec<_>>(), ["net-a.10-20-0-1"], "only its own address goes");
+    weft_testkit::rbac::assert_granted(&node.api.requests(), &["base/agent/rbac.yaml", "components/nic-dra/rbac.yaml"]);
 }
 
 #[tokio::test]

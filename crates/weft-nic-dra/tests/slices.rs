@@ -86,6 +86,8 @@ async fn the_vfs_are_published_kept_and_stale_slices_removed() {
     assert_eq!(ours(&api)[0].spec.devices.as_deref().unwrap(), devices.as_slice());
     stop.cancel();
     guard("the publisher to stop", task).await.unwrap();
+    // Every request the publisher made is granted by the agent's ClusterRoles (base and nic-dra).
+    weft_testkit::rbac::assert_granted(&api.requests(), &["base/agent/rbac.yaml", "components/nic-dra/rbac.yaml"]);
 }
 
 #[tokio::test]
@@ -113,4 +115,5 @@ async fn more_than_128_devices_take_several_slices_and_a_change_bumps_the_genera
     assert_eq!(slices.len(), 1);
     assert_eq!(slices[0].spec.devices.as_ref().unwrap().len(), 10);
     assert_eq!((slices[0].spec.pool.generation, slices[0].spec.pool.resource_slice_count), (2, 1));
+    weft_testkit::rbac::assert_granted(&api.requests(), &["base/agent/rbac.yaml", "components/nic-dra/rbac.yaml"]);
 }

@@ -415,6 +415,6 @@ async fn the_write_back_patches_vf_ids_on_the_api_server_within_the_agents_rbac(
     let ids = weft_record::vf_usage::parse_vf_ids(value).unwrap();
     assert_eq!(ids["gpu-fabric"], fabric);
     assert_eq!(ids["storage"], ["0000:03:00.5"], "the storage VF under the pod's GPU 0");
-    weft_testkit::rbac::assert_granted(&agent, &["base/agent/rbac.yaml"]);
+    weft_testkit::rbac::assert_granted(&agent, &["base/agent/rbac.yaml", "components/sriov/rbac.yaml"]);
     node.stop().await;
 }

@@ -92,3 +92,25 @@ topologySpreadConstraints:
 {{- fail "agent.sriov.enabled and agent.nicDra.enabled exclude each other: both bring the ConfigMap weft-physnets; to run both on a node, use the nic-dra component with --sriov-plugin and --nic-dra-physnet (docs/deploy.md, NumaNetwork components)" -}}
 {{- end -}}
 {{- end }}
+
+{{- /*
+The binding of a component's extra ClusterRole (an opt-in feature's rules, deploy/components/*)
+to the component's ServiceAccount: (list $ "<role name>" "<service account>").
+*/ -}}
+{{- define "weft.extraRoleBinding" -}}
+{{- $ := index . 0 -}}
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: {{ index . 1 }}
+  labels:
+    {{- include "weft.labels" $ | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: {{ index . 1 }}
+subjects:
+  - kind: ServiceAccount
+    name: {{ index . 2 }}
+    namespace: {{ $.Release.Namespace }}
+{{- end }}
