@@ -26,7 +26,7 @@ use weft_record::{GPU_DECISION_ANNOTATION, GPU_IDS_ANNOTATION, GpuDecision};
 
 use crate::claims::{allocated_vfs, claim_names};
 use crate::decision::PodAsk;
-use crate::reservations::{NodeRecord, RECORD_ANNOTATION, Reserved, record_name, shown_in, wall_until};
+use crate::reservations::{NodeRecord, RECORD_ANNOTATION, RecordEntry, Reserved, record_name, shown_in, wall_until};
 use crate::server::{ExtenderState, devices_in_use};
 use crate::volcano::{EventHandlerRequest, EventHandlerResponse, PIPELINED, event_pod};
 use crate::wire::{ExtenderBindingArgs, ExtenderBindingResult};
@@ -38,6 +38,20 @@ pub struct Decided {
     pub gpus: Vec<usize>,
     /// VFs by physnet (PCI addresses).
     pub vfs: BTreeMap<String, Vec<String>>,
+    /// The entry that holds them in the node's record.
+    pub entry: RecordEntry,
+}
+
+/// Who a decision is for: it decides what the pod's earlier entries in the node's record mean.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Purpose {
+    /// kube-scheduler's bind. An earlier bind of the pod (a retry, a failover) may still land, so
+    /// its entries stay beside the new one.
+    Bind,
+    /// vc-scheduler's AllocateFunc, for a pod that is not bound (vc-scheduler binds only after
+    /// allocating): the pod's earlier entries are replaced. `pipelined`: the task waits for the
+    /// victims its session evicted, whose devices it may be given.
+    Allocate { pipelined: bool },
 }
 
 /// The annotations that record `decided` on `node`: the decision, and what the pod holds
@@ -319,14 +333,12 @@ impl ExtenderState {
                 check_subdomain("ResourceClaim name", &claim).map_err(|e| format!("pod {namespace}/{name}: {e}"))?;
                 claims.extend(binder.resource_claim(namespace, &claim).await?);
             }
-            self.decide_and_hold(binder, node, &uid, &ask, &claims, false).await?
+            self.decide_and_hold(binder, node, &uid, &ask, &claims, Purpose::Bind).await?
         };
         let annotations = decided.as_ref().map(|d| decision_annotations(node, d)).unwrap_or_default();
-        if let Err(e) = binder.bind(namespace, name, &uid, node, annotations).await {
-            if decided.is_some() {
-                self.forget(binder, node, &uid).await;
-            }
-            return Err(e);
+        if let Err(e) = binder.bind(namespace, name, &uid, node, annotations.clone()).await {
+            let Some(decided) = decided else { return Err(e) };
+            return self.after_failed_binding(binder, namespace, name, &uid, node, &decided, &annotations, e).await;
         }
         tracing::debug!(pod = %format!("{namespace}/{name}"), %node, decided = ?decided, "bound");
         Ok(())
@@ -375,7 +387,7 @@ impl ExtenderState {
             let Some(decided) = (if ask.is_empty() {
                 None
             } else {
-                self.decide_and_hold(binder, node, &uid, &ask, &[], pipelined).await?
+                self.decide_and_hold(binder, node, &uid, &ask, &[], Purpose::Allocate { pipelined }).await?
             }) else {
                 return Ok(());
             };
@@ -384,7 +396,7 @@ impl ExtenderState {
             // Written only onto the pod as read: a pod bound (or changed) since fails with 409.
             let version = current.metadata.resource_version.as_deref();
             if let Err(e) = binder.annotate(&namespace, &name, &uid, version, annotations).await {
-                self.forget(binder, node, &uid).await;
+                self.forget(binder, node, &uid, None).await;
                 return Err(e);
             }
             tracing::debug!(pod = %format!("{namespace}/{name}"), %node, ?gpus, "vc-scheduler allocation recorded");
@@ -417,7 +429,7 @@ impl ExtenderState {
                 let until = wall_until(Timestamp::now(), self.reservations().ttl());
                 return self.update_record(binder, node, |record| record.evict(&uid, until)).await;
             }
-            self.forget(binder, node, &uid).await;
+            self.forget(binder, node, &uid, None).await;
             let Some(current) = current.filter(|_| bound.is_none()) else { return Ok(()) };
             let recorded = current.metadata.annotations.as_ref().and_then(|a| a.get(GPU_DECISION_ANNOTATION));
             let ours = recorded.and_then(|v| GpuDecision::from_annotation(v).ok()).is_some_and(|d| d.node == node);
@@ -447,12 +459,12 @@ impl ExtenderState {
         uid: &str,
         ask: &PodAsk,
         claims: &[ResourceClaim],
-        pipelined: bool,
+        purpose: Purpose,
     ) -> Result<Option<Decided>, String> {
         let _turn = self.reservations().turn(node).await;
         for _ in 0..RECORD_ATTEMPTS {
             let (version, mut record) = binder.node_record(node).await?;
-            let Some(decided) = self.decide_devices(node, uid, ask, claims, pipelined, &mut record)? else {
+            let Some(decided) = self.decide_devices(node, uid, ask, claims, purpose, &mut record)? else {
                 return Ok(None);
             };
             match binder.write_node_record(node, version.as_deref(), &record).await {
@@ -487,14 +499,54 @@ impl ExtenderState {
         Err(format!("node {node}: its reservation record changed {RECORD_ATTEMPTS} times while updating it"))
     }
 
-    /// Ends the pod `uid`'s hold on `node` (its bind or allocation failed, or was taken back):
-    /// in this replica's ledger and in the node's record. A record that cannot be written is
-    /// logged; its entry then ends at its expiry.
-    async fn forget(&self, binder: &Arc<dyn PodBinder>, node: &str, uid: &str) {
+    /// Ends the pod `uid`'s hold on `node`: in this replica's ledger, and in the node's record
+    /// `entry` (an attempt that failed for certain), or all of the pod's entries (an allocation
+    /// taken back). A record that cannot be written is logged; its entries then end at their
+    /// expiry.
+    async fn forget(&self, binder: &Arc<dyn PodBinder>, node: &str, uid: &str, entry: Option<&RecordEntry>) {
         self.reservations().release(node, uid);
-        if let Err(e) = self.update_record(binder, node, |record| record.release(uid)).await {
+        let change = |record: &mut NodeRecord| match entry {
+            Some(entry) => record.release_entry(entry),
+            None => record.release(uid),
+        };
+        if let Err(e) = self.update_record(binder, node, change).await {
             tracing::warn!(%node, pod_uid = %uid, "the reservation stays in the node's record until it expires: {e}");
         }
+    }
+
+    /// A Binding that answered with an error: the pod is read again to learn what happened. Bound
+    /// with this decision: the write went through after all, and the bind succeeded. Bound
+    /// otherwise (another attempt of the pod won), gone or replaced: this attempt failed for
+    /// certain and its entry ends. Still unbound: the request may yet land (the error may have
+    /// been the connection's), so the entry stays until it expires.
+    #[allow(clippy::too_many_arguments)]
+    async fn after_failed_binding(
+        &self,
+        binder: &Arc<dyn PodBinder>,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        node: &str,
+        decided: &Decided,
+        annotations: &BTreeMap<String, String>,
+        error: String,
+    ) -> Result<(), String> {
+        let current = match binder.pod(namespace, name).await {
+            Ok(current) => current.filter(|p| p.metadata.uid.as_deref() == Some(uid)),
+            Err(e) => {
+                tracing::warn!(pod = %format!("{namespace}/{name}"), "after a failed Binding: {e}");
+                return Err(error);
+            }
+        };
+        let bound = current.as_ref().and_then(|p| p.spec.as_ref()?.node_name.as_deref());
+        let ours = current.as_ref().and_then(|p| p.metadata.annotations.as_ref()?.get(GPU_DECISION_ANNOTATION))
+            == annotations.get(GPU_DECISION_ANNOTATION);
+        match bound {
+            Some(bound) if bound == node && ours => return Ok(()),
+            None if current.is_some() => return Err(error),
+            _ => self.forget(binder, node, uid, Some(&decided.entry)).await,
+        }
+        Err(error)
     }
 
     /// Picks and reserves the pod `uid`'s GPUs and VFs on `node` in one decision
@@ -508,7 +560,7 @@ impl ExtenderState {
         uid: &str,
         ask: &PodAsk,
         claims: &[ResourceClaim],
-        pipelined: bool,
+        purpose: Purpose,
         record: &mut NodeRecord,
     ) -> Result<Option<Decided>, String> {
         let node_object = self.view().node(node).ok_or_else(|| format!("node {node} is not known to the extender"))?;
@@ -525,12 +577,16 @@ impl ExtenderState {
         let mut reserved = ledger.others(uid, now, shown_in(&pods));
         // Other replicas' decisions (and this one's) not yet in the view, from the node's record.
         let wall = Timestamp::now();
-        let shared = record.settle(uid, wall, shown_in(&pods));
+        if matches!(purpose, Purpose::Allocate { .. }) {
+            record.release(uid);
+        }
+        let shared = record.settle(uid, wall);
         reserved.gpus |= shared.gpus;
         reserved.vfs.extend(shared.vfs);
         // For a pipelined task, the pods its session evicted here are being released: they hold
         // nothing for it.
-        let releasing = if pipelined { record.evicted_at(wall) } else { BTreeSet::new() };
+        let releasing =
+            if purpose == (Purpose::Allocate { pipelined: true }) { record.evicted_at(wall) } else { BTreeSet::new() };
         let holding: Vec<_> =
             pods.iter().filter(|p| p.metadata.uid.as_ref().is_none_or(|u| !releasing.contains(u))).cloned().collect();
         let (held, mut vfs_used) = devices_in_use(node, &prepared, &holding, &self.config().resource_name);
@@ -558,8 +614,8 @@ impl ExtenderState {
         };
         let set = gpus.iter().fold(0u128, |m, &g| m | (1u128 << g));
         let devices = Reserved { gpus: set, vfs: vfs.values().flatten().cloned().collect() };
-        record.hold(uid, &devices, wall_until(wall, self.reservations().ttl()));
+        let entry = record.hold(uid, &devices, wall_until(wall, self.reservations().ttl()));
         ledger.reserve(uid, devices, now);
-        Ok(Some(Decided { gpus: (0..128).filter(|&g| set & (1u128 << g) != 0).collect(), vfs }))
+        Ok(Some(Decided { gpus: (0..128).filter(|&g| set & (1u128 << g) != 0).collect(), vfs, entry }))
     }
 }

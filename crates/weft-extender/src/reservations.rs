@@ -90,33 +90,45 @@ impl NodeRecord {
         serde_json::to_string(self).unwrap_or_default()
     }
 
-    /// Drops the entries that ended at `now`, those of pods `visible` says the view shows on the
-    /// node (their annotations count from now on) and `pod_uid`'s own; returns the devices the
-    /// rest hold.
-    pub fn settle(&mut self, pod_uid: &str, now: Timestamp, visible: impl Fn(&str) -> bool) -> Reserved {
-        self.held.retain(|e| e.live(now) && !visible(&e.pod) && e.pod != pod_uid);
+    /// Drops the entries that ended at `now`; returns the devices the others' entries hold
+    /// (`pod_uid`'s own are kept but do not count against it: only one of its Bindings can
+    /// succeed).
+    ///
+    /// An entry is not dropped when the deciding replica's watch shows its pod: another replica's
+    /// watch may lag behind, and for it the entry is the only trace of the pod. A visible pod's
+    /// entry and its annotation name the same devices, so counting both costs nothing.
+    pub fn settle(&mut self, pod_uid: &str, now: Timestamp) -> Reserved {
+        self.held.retain(|e| e.live(now));
         self.evicted.retain(|e| e.live(now));
-        self.held.iter().fold(Reserved::default(), |mut r, e| {
+        self.held.iter().filter(|e| e.pod != pod_uid).fold(Reserved::default(), |mut r, e| {
             r.gpus |= e.gpus.iter().filter(|&&g| g < 128).fold(0u128, |m, &g| m | (1u128 << g));
             r.vfs.extend(e.vfs.iter().cloned());
             r
         })
     }
 
-    /// Holds `devices` for `pod_uid` until `until`.
-    pub fn hold(&mut self, pod_uid: &str, devices: &Reserved, until: Timestamp) {
-        self.held.retain(|e| e.pod != pod_uid);
-        self.held.push(RecordEntry {
+    /// Holds `devices` for `pod_uid` until `until`, beside the pod's earlier entries (an earlier
+    /// attempt to bind it may still land); returns the entry.
+    pub fn hold(&mut self, pod_uid: &str, devices: &Reserved, until: Timestamp) -> RecordEntry {
+        let entry = RecordEntry {
             pod: pod_uid.to_string(),
             gpus: (0..128).filter(|&g| devices.gpus & (1u128 << g) != 0).collect(),
             vfs: devices.vfs.iter().cloned().collect(),
             until: until.to_string(),
-        });
+        };
+        self.held.push(entry.clone());
+        entry
     }
 
-    /// Ends `pod_uid`'s held devices (its bind or allocation failed, or was taken back).
+    /// Ends all of `pod_uid`'s entries (an allocation taken back, or replaced by a new one, for a
+    /// pod that is not bound).
     pub fn release(&mut self, pod_uid: &str) {
         self.held.retain(|e| e.pod != pod_uid);
+    }
+
+    /// Ends one entry (the attempt that wrote it failed for certain).
+    pub fn release_entry(&mut self, entry: &RecordEntry) {
+        self.held.retain(|e| e != entry);
     }
 
     /// Marks `pod_uid` evicted until `until`.
@@ -375,25 +387,25 @@ mod tests {
     }
 
     #[test]
-    fn a_record_counts_other_pods_until_they_show_or_expire() {
+    fn a_record_counts_other_pods_entries_until_they_expire_or_are_released() {
         let t = at("2026-11-28T10:00:00Z");
         let mut r = NodeRecord::default();
         let vfs = BTreeSet::from(["0000:0c:00.2".to_string()]);
         r.hold("a", &Reserved { gpus: 0b11, vfs: vfs.clone() }, at("2026-11-28T10:01:00Z"));
         r.hold("b", &Reserved::gpus(0b100), at("2026-11-28T10:00:30Z"));
-        r.hold("c", &Reserved::gpus(0b1000), at("2026-11-28T10:01:00Z"));
+        let c = r.hold("c", &Reserved::gpus(0b1000), at("2026-11-28T10:01:00Z"));
         // The record survives its annotation.
         let mut r = NodeRecord::parse(Some(&r.to_annotation())).unwrap();
-        let mut seen = r.clone();
-        assert_eq!(seen.settle("x", t, |_| false), Reserved { gpus: 0b1111, vfs: vfs.clone() });
-        // c is visible (its annotation counts now), b expired, a's own entry is not in its way.
-        assert_eq!(r.settle("a", at("2026-11-28T10:00:30Z"), |uid| uid == "c"), Reserved::default());
-        assert!(r.held.is_empty(), "all three entries ended: {r:?}");
-        // Holding again replaces a pod's entry; releasing ends it.
-        r.hold("a", &Reserved::gpus(0b1), at("2026-11-28T10:01:00Z"));
-        r.hold("a", &Reserved::gpus(0b10), at("2026-11-28T10:01:00Z"));
-        assert_eq!(r.held.len(), 1);
-        assert_eq!(r.clone().settle("x", t, |_| false).gpus, 0b10);
+        assert_eq!(r.clone().settle("x", t), Reserved { gpus: 0b1111, vfs: vfs.clone() });
+        // b expired; a's own entries do not count against it, but stay.
+        assert_eq!(r.settle("a", at("2026-11-28T10:00:30Z")), Reserved::gpus(0b1000));
+        assert_eq!(r.held.len(), 2, "{r:?}");
+        // A second attempt for c is held beside the first; ending one attempt keeps the other.
+        let c2 = r.hold("c", &Reserved::gpus(0b10000), at("2026-11-28T10:01:00Z"));
+        assert_eq!(r.clone().settle("x", t).gpus, 0b11011);
+        r.release_entry(&c);
+        assert_eq!(r.clone().settle("x", t).gpus, 0b10011);
+        r.release_entry(&c2);
         r.release("a");
         assert_eq!(r, NodeRecord::default());
     }
@@ -408,7 +420,7 @@ mod tests {
         assert_eq!(r.evicted_at(at("2026-11-28T10:00:10Z")), BTreeSet::from(["v1".to_string()]), "v2's mark expired");
         r.unevict("v1");
         assert_eq!(r.evicted_at(t), BTreeSet::from(["v2".to_string()]));
-        r.settle("x", at("2026-11-28T10:00:20Z"), |_| false);
+        r.settle("x", at("2026-11-28T10:00:20Z"));
         assert!(r.evicted.is_empty(), "settling drops expired marks");
     }
 
@@ -418,7 +430,7 @@ mod tests {
         let error = NodeRecord::parse(Some("[1,2]")).unwrap_err();
         assert!(error.contains(RECORD_ANNOTATION), "{error}");
         let mut r = NodeRecord::parse(Some(r#"{"held":[{"pod":"a","gpus":[0],"until":"soon"}]}"#)).unwrap();
-        assert_eq!(r.settle("x", at("2026-11-28T10:00:00Z"), |_| false), Reserved::default());
+        assert_eq!(r.settle("x", at("2026-11-28T10:00:00Z")), Reserved::default());
         assert!(wall_until(at("2026-11-28T10:00:00Z"), Duration::MAX) > at("9999-01-01T00:00:00Z"));
     }
 

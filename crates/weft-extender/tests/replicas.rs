@@ -300,3 +300,103 @@ async fn a_preemption_whose_calls_reach_different_replicas_sees_its_evictions() 
     let again = event(&a, "allocate", task(&preemptor, "n1", PIPELINED)).await;
     assert!(again.contains("0 free GPUs now"), "the eviction was undone for every replica: {again}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_watch_caught_up_keeps_the_entries_a_lagging_replica_relies_on() {
+    let nodes = [("n1", 4)];
+    let api = api_with_nodes(&nodes).await;
+    let binder = || Arc::new(KubePodBinder::new(api.client()).with_record_namespace(NAMESPACE));
+    // Three replicas (or two, one of them restarted): p is bound through the first.
+    let fast_view = lagging_view(&nodes);
+    let first = replica(lagging_view(&nodes), binder(), ExtenderConfig::default()).await;
+    let fast = replica(fast_view.clone(), binder(), ExtenderConfig::default()).await;
+    let slow = replica(lagging_view(&nodes), binder(), ExtenderConfig::default()).await;
+    let [p, q, r] = [pending(&api, "p", 1).await, pending(&api, "q", 1).await, pending(&api, "r", 1).await];
+    assert_eq!(bind(&first, &p, "n1").await, "");
+    // The fast replica's watch shows p bound, with its GPU; the slow one's shows nothing yet.
+    fast_view.insert_pod(Api::<Pod>::namespaced(api.client(), "ml").get("p").await.unwrap());
+    assert_eq!(bind(&fast, &q, "n1").await, "");
+    assert_eq!(bind(&slow, &r, "n1").await, "");
+    let held = assert_no_gpu_twice(&api).await;
+    assert_eq!(held["n1"].len(), 3);
+}
+
+/// A binder whose Binding waits at a gate: the test lets it go on when it chooses (a slow API
+/// round trip, long enough for kube-scheduler to give up and try the pod again elsewhere).
+struct GatedBinding {
+    inner: KubePodBinder,
+    reached: tokio::sync::Notify,
+    gate: tokio::sync::Semaphore,
+}
+
+#[async_trait]
+impl PodBinder for GatedBinding {
+    async fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, String> {
+        self.inner.pod(namespace, name).await
+    }
+    async fn resource_claim(&self, namespace: &str, name: &str) -> Result<Option<ResourceClaim>, String> {
+        self.inner.resource_claim(namespace, name).await
+    }
+    async fn bind(
+        &self,
+        ns: &str,
+        name: &str,
+        uid: &str,
+        node: &str,
+        a: BTreeMap<String, String>,
+    ) -> Result<(), String> {
+        self.reached.notify_one();
+        let _permit = self.gate.acquire().await.unwrap();
+        self.inner.bind(ns, name, uid, node, a).await
+    }
+    async fn annotate(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        version: Option<&str>,
+        annotations: BTreeMap<String, Option<String>>,
+    ) -> Result<(), String> {
+        self.inner.annotate(namespace, name, uid, version, annotations).await
+    }
+    async fn node_record(&self, node: &str) -> Result<(Option<String>, NodeRecord), String> {
+        self.inner.node_record(node).await
+    }
+    async fn write_node_record(&self, node: &str, version: Option<&str>, record: &NodeRecord) -> Result<bool, String> {
+        self.inner.write_node_record(node, version, record).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bind_that_loses_to_its_own_retry_on_another_replica_leaves_the_retry_protected() {
+    let nodes = [("n1", 4)];
+    let api = api_with_nodes(&nodes).await;
+    let plain = || KubePodBinder::new(api.client()).with_record_namespace(NAMESPACE);
+    let gated = Arc::new(GatedBinding {
+        inner: plain(),
+        reached: tokio::sync::Notify::new(),
+        gate: tokio::sync::Semaphore::new(0),
+    });
+    let slow = Arc::new(replica(lagging_view(&nodes), gated.clone(), ExtenderConfig::default()).await);
+    let other = replica(lagging_view(&nodes), Arc::new(plain()), ExtenderConfig::default()).await;
+    let (p, q) = (pending(&api, "p", 1).await, pending(&api, "q", 1).await);
+    // kube-scheduler's first bind of p reaches the slow replica, which decides and then waits
+    // on its Binding.
+    let first = tokio::spawn({
+        let (slow, p) = (slow.clone(), p.clone());
+        async move { bind(&slow, &p, "n1").await }
+    });
+    guard("the slow replica to reach its Binding", gated.reached.notified()).await;
+    // The scheduler tries p again through the other replica, which binds it.
+    assert_eq!(bind(&other, &p, "n1").await, "");
+    // The slow Binding now gets a 409 (p is bound). Both attempts chose the same GPU, so the
+    // slow replica finds p bound with its own decision and answers success; had they differed,
+    // it would answer the error and end only its own attempt's entry.
+    gated.gate.add_permits(1);
+    assert_eq!(guard("the first bind", first).await.unwrap(), "");
+    // The slow replica, whose watch still shows nothing, binds q: not onto p's GPU.
+    gated.gate.add_permits(1);
+    assert_eq!(bind(&slow, &q, "n1").await, "");
+    let held = assert_no_gpu_twice(&api).await;
+    assert_eq!(held["n1"].len(), 2);
+}
