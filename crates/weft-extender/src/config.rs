@@ -11,8 +11,8 @@ use weft_record::usage::DEFAULT_GPU_RESOURCE;
 /// supports in one cluster.
 pub const DEFAULT_MAX_NODES_PER_REQUEST: usize = 10_000;
 
-/// Default of [`ExtenderConfig::max_body_bytes`]: 1 GiB, twice vc-scheduler's BatchNodeOrderFn
-/// body for 5,000 nodes × 30 pods (BENCHMARKS.md, "Extender request sizes").
+/// Default of [`ExtenderConfig::max_body_bytes`]: 1 GiB, above vc-scheduler's BatchNodeOrderFn
+/// body for 5,000 nodes × 30 pods (641 MiB; BENCHMARKS.md, "Extender request sizes").
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 30;
 
 /// Default of [`ExtenderConfig::max_decoded_bytes`]: 64 MiB, above a 5,000-node `Nodes` list

@@ -11,16 +11,18 @@
 //!   scheduling attempt unless the extender is `ignorable`.
 //! - 400 for a body that is not extender JSON, and for a prioritize request that cannot be answered
 //!   (kube-scheduler ignores prioritize errors, so the node ranking proceeds without weft).
-//! - 413 for a body over `max_body_bytes`; 503 when a request runs past `request_timeout` (filter:
-//!   200 with `Error` instead).
+//! - 413 for a body over `max_body_bytes`, or keeping more than `max_decoded_bytes` of JSON; 503
+//!   when a request runs past `request_timeout` (filter: 200 with `Error` instead).
 //!
 //! Never 500: internal failures are reported the same way as bad input.
 //!
-//! Bounds (so that no caller can exhaust the process): at most `max_nodes_per_request` candidates
-//! per request; at most `max_concurrent_decisions` requests deciding at once (the others wait for a
-//! slot inside their own time limit); decisions stop at the request's deadline instead of running
-//! on after the answer was given up; the topology cache is bounded in names and bytes
-//! ([`TopologyCache`]); connection limits are [`weft_kube::http`]'s.
+//! Bounds (so that no caller can exhaust the process): bodies are decoded as they arrive and never
+//! held whole ([`crate::stream`]); at most `max_nodes_per_request` candidates per request, counted
+//! while decoding (the first one over ends the request, the rest unread); at most
+//! `max_concurrent_decisions` requests reading their body or deciding at once (the others wait for
+//! a slot inside their own time limit); reading and decisions stop at the request's deadline
+//! instead of running on after the answer was given up; the topology cache is bounded in names and
+//! bytes ([`TopologyCache`]); connection limits are [`weft_kube::http`]'s.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;

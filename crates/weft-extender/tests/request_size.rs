@@ -181,6 +181,58 @@ fn malformed_bodies_are_errors_that_say_where() {
     assert!(err.to_string().contains("nested deeper than 128"), "{err}");
 }
 
+#[test]
+fn reading_stops_once_the_deadline_has_passed() {
+    let head = format!("{{\"Pod\":{},\"NodeNames\":[", pod_text());
+    let passed = weft_extender::decision::Deadline::at(std::time::Instant::now());
+    let mut stream = JsonStream::new(Endless::new(&head, |i| format!("\"n{i}\"")), LIMITS).with_deadline(passed);
+    let err = read_args(&mut stream, usize::MAX).unwrap_err();
+    assert!(matches!(err, StreamError::Expired), "{err}");
+    assert_eq!(stream.read_bytes(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_given_up_stops_reading_its_body_and_frees_its_slot() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // One decision slot. A sender that stalls mid-body holds it until the request's time runs
+    // out; then its decoder must stop (its body no longer reaches it), or the slot stays taken and
+    // every later request times out too.
+    let names: Vec<String> = vec!["n0".into()];
+    let cfg = ExtenderConfig {
+        request_timeout: Duration::from_secs(2),
+        max_concurrent_decisions: 1,
+        ..ExtenderConfig::default()
+    };
+    let server = TestServer::start(view_of(&names), cfg).await;
+    let addr = server.base.trim_start_matches("http://").to_string();
+    let mut stalled = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let part = format!("{{\"Pod\":{},\"NodeNames\":[\"n0\",", pod_text());
+    let head = format!(
+        "POST /prioritize HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Transfer-Encoding: chunked\r\n\r\n{:x}\r\n{part}\r\n",
+        part.len()
+    );
+    stalled.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(60), async {
+        let mut buf = [0u8; 1024];
+        while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = stalled.read(&mut buf).await.unwrap();
+            assert_ne!(n, 0, "closed without an answer");
+            answer.extend_from_slice(&buf[..n]);
+        }
+    });
+    read.await.expect("the stalled request is answered once its time is up");
+    assert!(answer.starts_with(b"HTTP/1.1 503"), "{}", String::from_utf8_lossy(&answer));
+
+    // The slot is free again: a whole request is answered.
+    let body = common::args_with_names(common::pending_pod_json("p", 2), &["n0"]);
+    let (status, text) = common::post(&format!("{}/prioritize", server.base), &body).await;
+    assert_eq!(status, 200, "{text}");
+    drop(stalled);
+    server.stop().await.unwrap();
+}
+
 fn view_of(names: &[String]) -> Arc<InMemoryView> {
     let view = Arc::new(InMemoryView::new());
     for name in names {
