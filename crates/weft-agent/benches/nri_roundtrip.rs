@@ -22,8 +22,12 @@
 
 #![allow(clippy::unwrap_used)] // benchmark setup
 
+mod support;
+
+use support::{NoDevices, Pods};
+
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -31,10 +35,9 @@ use k8s_openapi::api::core::v1::Pod;
 use tokio_util::sync::CancellationToken;
 use weft_agent::agent::{Manager, PodCatalog};
 use weft_agent::checkpoint::Checkpoint;
-use weft_agent::kubelet::{KubeletError, PodSource};
+use weft_agent::kubelet::PodSource;
 use weft_agent::nri::{NriHandler, Translation, UPDATE_BATCH, reconcile_once};
 use weft_agent::orm::{OrmConfig, ResourceManager};
-use weft_agent::pod::DeviceLocator;
 use weft_agent::policy::TopologyPolicy;
 use weft_nri::api;
 use weft_nri::event::{Event, EventMask};
@@ -43,31 +46,6 @@ use weft_nri_harness::{Runtime, RuntimeOptions};
 use weft_topology::CpuLayout;
 
 const PLUGIN: &str = "10-weft";
-
-/// The kubelet's pod list, in memory.
-#[derive(Default)]
-struct Pods(Mutex<Vec<Pod>>);
-
-#[async_trait]
-impl PodSource for Pods {
-    async fn pods(&self) -> Result<Vec<Pod>, KubeletError> {
-        Ok(self.0.lock().unwrap().clone())
-    }
-}
-
-/// No devices on this node.
-struct NoDevices;
-impl DeviceLocator for NoDevices {
-    fn gpu_numa(&self, _index: u32) -> Option<u32> {
-        None
-    }
-    fn pci_numa(&self, _address: &str) -> Option<u32> {
-        None
-    }
-    fn pci_rdma_device(&self, _address: &str) -> Option<String> {
-        None
-    }
-}
 
 /// The transport floor: a plugin that answers `CreateContainer` with nothing.
 struct Noop;

@@ -30,45 +30,23 @@
 
 #![allow(clippy::unwrap_used)] // benchmark setup
 
-use std::sync::{Arc, Mutex};
+mod support;
+
+use support::{NoDevices, Pods};
+
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Pod;
 use tokio_util::sync::CancellationToken;
-use weft_agent::kubelet::{KubeletError, PodSource};
+use weft_agent::kubelet::PodSource;
 use weft_agent::orm::OrmConfig;
-use weft_agent::pod::DeviceLocator;
 use weft_agent::policy::TopologyPolicy;
 use weft_agent::service::{self, Mode, ServiceConfig};
 use weft_nri::api;
 use weft_nri::plugin::{PluginOptions, SocketSource};
 use weft_nri_harness::{HarnessEvent, Runtime, RuntimeOptions};
 use weft_topology::{CpuLayout, CpuSet};
-
-/// The kubelet's pod list, in memory.
-#[derive(Default)]
-struct Pods(Mutex<Vec<Pod>>);
-
-#[async_trait]
-impl PodSource for Pods {
-    async fn pods(&self) -> Result<Vec<Pod>, KubeletError> {
-        Ok(self.0.lock().unwrap().clone())
-    }
-}
-
-struct NoDevices;
-impl DeviceLocator for NoDevices {
-    fn gpu_numa(&self, _index: u32) -> Option<u32> {
-        None
-    }
-    fn pci_numa(&self, _address: &str) -> Option<u32> {
-        None
-    }
-    fn pci_rdma_device(&self, _address: &str) -> Option<String> {
-        None
-    }
-}
 
 fn k8s_pod(uid: &str, guaranteed: bool) -> Pod {
     let resources = if guaranteed {
