@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::ResourceClaim;
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use weft_extender::reservations::NodeRecord;
@@ -68,26 +68,14 @@ fn lagging_view(nodes: &[(&str, usize)]) -> Arc<InMemoryView> {
     Arc::new(view)
 }
 
+/// The fake API server with one PCIe-only node of `gpus` GPUs per `(name, gpus)`.
 async fn api_with_nodes(nodes: &[(&str, usize)]) -> FakeApiServer {
-    let api = FakeApiServer::start().await;
-    let node_api: Api<Node> = Api::all(api.client());
-    for (name, gpus) in nodes {
-        let mut n = common::node(name, Some(&common::pcie_only(name, *gpus)), *gpus);
-        n.metadata.resource_version = None;
-        n.metadata.uid = None;
-        node_api.create(&PostParams::default(), &n).await.unwrap();
-    }
-    api
+    let topologies: Vec<_> = nodes.iter().map(|(name, gpus)| (*name, common::pcie_only(name, *gpus))).collect();
+    common::api_with_nodes(&topologies).await
 }
 
 async fn pending(api: &FakeApiServer, name: &str, gpus: u32) -> Pod {
-    let mut v = common::pending_pod_json(name, gpus);
-    for k in ["uid", "resourceVersion", "creationTimestamp", "ownerReferences"] {
-        v["metadata"].as_object_mut().unwrap().remove(k);
-    }
-    v["status"] = json!({});
-    let pod: Pod = serde_json::from_value(v).unwrap();
-    Api::namespaced(api.client(), "ml").create(&PostParams::default(), &pod).await.unwrap()
+    common::create_pending(api, name, gpus, &[]).await
 }
 
 async fn post(r: &Replica, verb: &str, body: &Value) -> Value {

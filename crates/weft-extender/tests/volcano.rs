@@ -10,7 +10,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -51,14 +51,8 @@ struct Cluster {
 }
 
 async fn cluster(nodes: &[(&str, usize)]) -> Cluster {
-    let api = FakeApiServer::start().await;
-    let node_api: Api<Node> = Api::all(api.client());
-    for (name, gpus) in nodes {
-        let mut n = common::node(name, Some(&common::pcie_only(name, *gpus)), *gpus);
-        n.metadata.resource_version = None;
-        n.metadata.uid = None;
-        node_api.create(&PostParams::default(), &n).await.unwrap();
-    }
+    let topologies: Vec<_> = nodes.iter().map(|(name, gpus)| (*name, common::pcie_only(name, *gpus))).collect();
+    let api = common::api_with_nodes(&topologies).await;
     let view = Arc::new(KubeClusterView::spawn(api.client()));
     guard("the view to sync", view.wait_until_ready()).await;
     let state = Arc::new(

@@ -25,20 +25,26 @@ pub struct BindCluster {
     pub http: reqwest::Client,
 }
 
-/// The fake API server with one node per `(name, topology)` (capacity: its GPUs), an extender over
-/// it with the real reflector-backed view and binder.
-pub async fn bind_cluster(nodes: &[(&str, NodeTopology)]) -> BindCluster {
+/// The fake API server with one node per `(name, topology)` (capacity: its GPUs).
+pub async fn api_with_nodes(nodes: &[(&str, NodeTopology)]) -> FakeApiServer {
     use k8s_openapi::api::core::v1::Node;
     use kube::api::{Api, PostParams};
     let api = FakeApiServer::start().await;
-    let client = api.client();
-    let node_api: Api<Node> = Api::all(client.clone());
+    let node_api: Api<Node> = Api::all(api.client());
     for (name, topology) in nodes {
         let mut n = node(name, Some(topology), topology.gpu_count());
         n.metadata.resource_version = None;
         n.metadata.uid = None;
         node_api.create(&PostParams::default(), &n).await.unwrap();
     }
+    api
+}
+
+/// The fake API server with one node per `(name, topology)` (capacity: its GPUs), an extender over
+/// it with the real reflector-backed view and binder.
+pub async fn bind_cluster(nodes: &[(&str, NodeTopology)]) -> BindCluster {
+    let api = api_with_nodes(nodes).await;
+    let client = api.client();
     let view = KubeClusterView::spawn(client.clone());
     tokio::time::timeout(std::time::Duration::from_secs(60), view.wait_until_ready()).await.expect("the view syncs");
     let state = Arc::new(
@@ -51,10 +57,10 @@ pub async fn bind_cluster(nodes: &[(&str, NodeTopology)]) -> BindCluster {
     BindCluster { api, base, state, http: reqwest::Client::new() }
 }
 
-/// Creates a pending pod in `ml` asking for `gpus` GPUs and the `extra` limits; returns it as the
-/// API server stored it.
-pub async fn pending(
-    c: &BindCluster,
+/// Creates a pending pod in `ml` on `api` asking for `gpus` GPUs and the `extra` limits; returns it
+/// as the API server stored it.
+pub async fn create_pending(
+    api: &FakeApiServer,
     name: &str,
     gpus: u32,
     extra: &[(&str, &str)],
@@ -69,7 +75,17 @@ pub async fn pending(
         v["spec"]["containers"][0]["resources"]["limits"][*resource] = serde_json::json!(amount);
     }
     let pod = serde_json::from_value(v).unwrap();
-    Api::namespaced(c.api.client(), "ml").create(&PostParams::default(), &pod).await.unwrap()
+    Api::namespaced(api.client(), "ml").create(&PostParams::default(), &pod).await.unwrap()
+}
+
+/// [`create_pending`] on the cluster's API server.
+pub async fn pending(
+    c: &BindCluster,
+    name: &str,
+    gpus: u32,
+    extra: &[(&str, &str)],
+) -> k8s_openapi::api::core::v1::Pod {
+    create_pending(&c.api, name, gpus, extra).await
 }
 
 /// POSTs `body` to the extender's `verb`; expects 200 and returns the answer.
