@@ -23,6 +23,7 @@ use weft_net::joint::decide;
 use weft_record::usage::{PodRef, format_gpu_ids};
 use weft_record::vf_usage::{VF_IDS_ANNOTATION, format_vf_ids};
 use weft_record::{GPU_DECISION_ANNOTATION, GPU_IDS_ANNOTATION, GpuDecision};
+use weft_resources::names::{is_dns1123_label, is_dns1123_subdomain};
 
 use crate::claims::{allocated_vfs, claim_names};
 use crate::decision::PodAsk;
@@ -89,7 +90,7 @@ pub const DECIDED_BY: &str = "weft-scheduler-extender";
 /// request body such as `gp3?dryRun=All&x=` or `../../nodes/n1` would otherwise change which
 /// object, or which operation, the request addresses. The error names the field and the value.
 pub fn check_names(namespace: &str, name: &str, node: Option<&str>) -> Result<(), String> {
-    if !is_dns_label(namespace) {
+    if !is_dns1123_label(namespace) {
         return Err(format!("namespace {namespace:?} is not a valid Kubernetes name (a DNS-1123 label)"));
     }
     check_subdomain("pod name", name)?;
@@ -99,30 +100,11 @@ pub fn check_names(namespace: &str, name: &str, node: Option<&str>) -> Result<()
 /// Checks that `value` (the `what` of an object) is a DNS-1123 subdomain, as the API server
 /// validates the names of pods, nodes and ResourceClaims.
 pub fn check_subdomain(what: &str, value: &str) -> Result<(), String> {
-    if is_dns_subdomain(value) {
+    if is_dns1123_subdomain(value) {
         Ok(())
     } else {
         Err(format!("{what} {value:?} is not a valid Kubernetes name (a DNS-1123 subdomain)"))
     }
-}
-
-/// A DNS-1123 label: 1–63 lowercase letters, digits and `-`, starting and ending with a letter or
-/// digit (apimachinery `IsDNS1123Label`).
-fn is_dns_label(s: &str) -> bool {
-    s.len() <= 63 && is_label_shape(s)
-}
-
-/// A DNS-1123 subdomain: at most 253 characters, parts of the shape of a label (any length) joined
-/// by `.` (apimachinery `IsDNS1123Subdomain`).
-fn is_dns_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(is_label_shape)
-}
-
-/// Lowercase letters, digits and `-`, at least one, starting and ending with a letter or digit.
-fn is_label_shape(s: &str) -> bool {
-    let b = s.as_bytes();
-    let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-    b.first().is_some_and(alnum) && b.last().is_some_and(alnum) && b.iter().all(|c| alnum(c) || *c == b'-')
 }
 
 /// The API writes a bind needs (a seam for tests and for serving without a cluster).

@@ -23,6 +23,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
+use weft_resources::names::is_dns1123_label as is_dns_label;
 
 use crate::job::{Job, TaskSpec};
 use crate::naming;
@@ -331,16 +332,8 @@ fn qualified_name(what: &str, name: &str) -> Option<String> {
     (!msgs.is_empty()).then(|| format!("{what} {name} validate failed [{}];", msgs.join(" ")))
 }
 
-/// A DNS-1123 label: lowercase alphanumerics and `-`, alphanumeric at both ends, 1–63 characters.
-pub fn is_dns_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-}
-
+/// A subdomain whose every part is a DNS-1123 label, so at most 63 characters each: stricter than
+/// apimachinery's `IsDNS1123Subdomain` (`weft_resources::names`), which bounds only the whole.
 fn is_dns_subdomain(s: &str) -> bool {
     s.len() <= 253 && s.split('.').all(is_dns_label)
 }
