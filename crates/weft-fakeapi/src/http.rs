@@ -231,7 +231,7 @@ fn resource(shared: &Arc<Shared>, path: ResourcePath, ctx: RequestCtx) -> Reply 
         Ok(v) => v,
         Err(e) => return error_reply(&e),
     };
-    let mut record = RecordedRequest {
+    let record = RecordedRequest {
         verb,
         group: path.group.clone(),
         version: path.version.clone(),
@@ -243,6 +243,12 @@ fn resource(shared: &Arc<Shared>, path: ResourcePath, ctx: RequestCtx) -> Reply 
         field_manager: ctx.query.get("fieldManager").map(str::to_owned),
         code: 0,
     };
+    // Logged before dispatch: an object stored by this request wakes waiters, and they must find
+    // the request that stored it in the log. The code is filled in once answered.
+    let slot = shared.write(|st| {
+        st.requests.push(record.clone());
+        (st.requests_epoch, st.requests.len() - 1)
+    });
     let reply = shared.write(|st| {
         let injected = st.faults.iter_mut().find(|f| f.remaining > 0 && f.matcher.matches(&record)).map(|f| {
             f.remaining -= 1;
@@ -255,11 +261,17 @@ fn resource(shared: &Arc<Shared>, path: ResourcePath, ctx: RequestCtx) -> Reply 
         Some(r) => r,
         None => dispatch(shared, &path, verb, &ctx).unwrap_or_else(|e| error_reply(&e)),
     };
-    record.code = match &reply {
+    let code = match &reply {
         Reply::Json(code, _) | Reply::Raw(code, _) => *code,
         Reply::Stream(_) => 200,
     };
-    shared.write(|st| st.requests.push(record));
+    shared.write(|st| {
+        if st.requests_epoch == slot.0
+            && let Some(entry) = st.requests.get_mut(slot.1)
+        {
+            entry.code = code;
+        }
+    });
     reply
 }
 

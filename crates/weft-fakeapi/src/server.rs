@@ -357,14 +357,19 @@ impl FakeApiServer {
 
     // ----- request log -----
 
-    /// Every resource request answered so far, in order.
+    /// Every resource request received so far, in order. A request is logged before its effect
+    /// can be seen (a waiter woken by a stored object finds the request that stored it); its
+    /// `code` is 0 until it has been answered.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.shared.lock().requests.clone()
     }
 
     /// Empties the request log.
     pub fn clear_requests(&self) {
-        self.shared.write(|st| st.requests.clear());
+        self.shared.write(|st| {
+            st.requests.clear();
+            st.requests_epoch += 1;
+        });
     }
 
     // ----- waiting -----

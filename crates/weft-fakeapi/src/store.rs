@@ -63,6 +63,9 @@ pub(crate) struct State {
     pub(crate) faults: Vec<Fault>,
     pub(crate) expire_watches: usize,
     pub(crate) requests: Vec<RecordedRequest>,
+    /// Bumped by every `clear_requests`, so a request in flight across a clear does not write its
+    /// code into someone else's entry.
+    pub(crate) requests_epoch: u64,
     pub(crate) open_watches: usize,
 }
 
@@ -80,6 +83,7 @@ impl State {
             faults: Vec::new(),
             expire_watches: 0,
             requests: Vec::new(),
+            requests_epoch: 0,
             open_watches: 0,
         }
     }

@@ -701,3 +701,35 @@ async fn a_write_that_changes_the_uid_is_refused_as_invalid() {
     let replaced = within(api.replace("a", &PostParams::default(), &no_uid)).await.unwrap();
     assert_eq!(replaced.metadata.uid.as_deref(), Some(uid.as_str()));
 }
+
+/// A waiter woken by an object must find, in the request log, the request that stored it: tests
+/// wait for an effect and then count the requests that caused it (the NIC driver's status patch
+/// was once counted 0 right after its status was seen).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_that_stored_an_object_is_logged_before_the_object_is_seen() {
+    let server = FakeApiServer::start().await;
+    let api: Api<ConfigMap> = Api::namespaced(server.client(), "default");
+    for i in 0..200 {
+        let name = format!("c{i}");
+        let create = {
+            let (api, name) = (api.clone(), name.clone());
+            tokio::spawn(async move { api.create(&PostParams::default(), &cm(&name, &[("k", "v")])).await })
+        };
+        let mut logged_when_seen = None;
+        within(server.wait_for(|s| {
+            if s.get("configmaps", Some("default"), &name).is_none() {
+                return false;
+            }
+            logged_when_seen = Some(
+                s.requests().iter().any(|r| r.verb == Verb::Create && r.name.is_none() && r.resource == "configmaps")
+                    && s.requests().iter().filter(|r| r.verb == Verb::Create).count() == i + 1,
+            );
+            true
+        }))
+        .await;
+        assert_eq!(logged_when_seen, Some(true), "configmap {name} was visible before its create was logged");
+        within(create).await.unwrap().unwrap();
+    }
+    let codes: Vec<u16> = server.requests().iter().map(|r| r.code).collect();
+    assert!(codes.iter().all(|&c| c == 201), "every create answered 201 once done: {codes:?}");
+}
