@@ -85,6 +85,13 @@ pub struct PolicyReport {
     pub by_size: BTreeMap<usize, SizeCount>,
     /// Placed pods with ≥ 2 GPUs.
     pub multi_gpu_placed: usize,
+    /// Mean over placed multi-GPU pods of the bandwidth of the best ring over their set (its slowest
+    /// hop, what a ring all-reduce gets: [`weft_topology::ring`]), GB/s per direction.
+    #[serde(default)]
+    pub mean_ring_bandwidth_gbps: f64,
+    /// 10th percentile of the same, GB/s: the pods that fared worst.
+    #[serde(default)]
+    pub p10_ring_bandwidth_gbps: f64,
     /// Mean over placed multi-GPU pods of the mean pairwise bandwidth of their set, GB/s per direction.
     pub mean_pair_bandwidth_gbps: f64,
     /// 10th percentile of the same, GB/s.
@@ -802,6 +809,9 @@ fn run(
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut by_size: BTreeMap<usize, SizeCount> = BTreeMap::new();
     let mut bandwidths: Vec<f64> = Vec::new();
+    let mut rings: Vec<f64> = Vec::new();
+    // The best ring of a set depends on the node type and the set only.
+    let mut ring_of: FxHashMap<(usize, u128), f64> = FxHashMap::default();
     let mut all_nvlink = 0usize;
     let (mut placed, mut unplaced, mut unplaced_for_vfs) = (0usize, 0usize, 0usize);
     let (mut vf_placed, mut vf_near) = (0usize, 0usize);
@@ -844,6 +854,10 @@ fn run(
                 if pod.gpus >= 2 {
                     let gpus = mask_to_vec(held.gpus);
                     bandwidths.push(topo.mean_pair_bandwidth_gbps(&gpus));
+                    let ring = *ring_of
+                        .entry((cluster.nodes[n].node_type, held.gpus))
+                        .or_insert_with(|| topo.ring_bandwidth(&gpus).map_or(0.0, |r| r.gbps));
+                    rings.push(ring);
                     all_nvlink += usize::from(topo.all_nvlinked(&gpus));
                 }
                 if kinds.asks_vfs(kind) {
@@ -866,10 +880,8 @@ fn run(
     progress(Progress { handled: pods.len(), placed });
 
     let multi = bandwidths.len();
-    let mean_bw = if multi == 0 { 0.0 } else { bandwidths.iter().sum::<f64>() / multi as f64 };
-    bandwidths.sort_by(f64::total_cmp);
-    // Nearest-rank 10th percentile.
-    let p10 = if multi == 0 { 0.0 } else { bandwidths[(multi as f64 * 0.1).ceil() as usize - 1] };
+    let (mean_bw, p10) = mean_and_p10(&mut bandwidths);
+    let (mean_ring, p10_ring) = mean_and_p10(&mut rings);
     let arrivals = pods.len().max(1) as f64;
     Ok(PolicyReport {
         policy: policy.name().to_string(),
@@ -878,6 +890,8 @@ fn run(
         unplaced_for_vfs,
         by_size,
         multi_gpu_placed: multi,
+        mean_ring_bandwidth_gbps: mean_ring,
+        p10_ring_bandwidth_gbps: p10_ring,
         mean_pair_bandwidth_gbps: mean_bw,
         p10_pair_bandwidth_gbps: p10,
         all_nvlink_share: if multi == 0 { 0.0 } else { all_nvlink as f64 / multi as f64 },
@@ -887,6 +901,16 @@ fn run(
         stranded_share_of_free: if free_sum > 0.0 { stranded_sum / free_sum } else { 0.0 },
         run_ms: started.elapsed().as_secs_f64() * 1000.0,
     })
+}
+
+/// The mean and the nearest-rank 10th percentile of `values` (sorted in place); zeros when empty.
+fn mean_and_p10(values: &mut [f64]) -> (f64, f64) {
+    if values.is_empty() {
+        return (0.0, 0.0);
+    }
+    let mean = values.iter().sum::<f64>() / values.len() as f64;
+    values.sort_by(f64::total_cmp);
+    (mean, values[(values.len() as f64 * 0.1).ceil() as usize - 1])
 }
 
 #[cfg(test)]

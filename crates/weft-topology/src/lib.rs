@@ -12,6 +12,7 @@ pub mod inventory;
 pub mod model;
 pub mod reference;
 pub mod render;
+pub mod ring;
 pub mod smi;
 
 pub use cpu_layout::{CpuInfo, CpuLayout};
@@ -22,4 +23,5 @@ pub use model::{
     CpuTopology, Gpu, MAX_PAIR_SCORE, Nic, NodeTopology, NumaNode, NvlinkGeneration, PairLink, PcieGeneration,
     PcieRelation, Vf,
 };
+pub use ring::{MAX_EXACT_RING_GPUS, RingBandwidth, best_ring};
 pub use smi::parse_topo_matrix;

@@ -622,6 +622,12 @@ impl NodeTopology {
         if pairs == 0 { 0.0 } else { sum / f64::from(pairs) }
     }
 
+    /// The best ring over `gpus` (positions) and its slowest hop, GB/s per direction: what a ring
+    /// all-reduce over the set gets ([`crate::ring`]). None for fewer than two GPUs.
+    pub fn ring_bandwidth(&self, gpus: &[usize]) -> Option<crate::ring::RingBandwidth> {
+        crate::ring::best_ring(gpus.len(), &|a, b| self.pair_bandwidth_gbps(gpus[a], gpus[b]))
+    }
+
     /// Whether every pair of `gpus` (positions) is NVLinked.
     pub fn all_nvlinked(&self, gpus: &[usize]) -> bool {
         gpus.iter().enumerate().all(|(i, &a)| gpus[i + 1..].iter().all(|&b| self.link(a, b).nvlinks > 0))
