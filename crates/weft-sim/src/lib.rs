@@ -6,6 +6,7 @@
 
 pub mod cluster;
 pub mod engine;
+pub mod matrix;
 pub mod pipeline;
 pub mod workload;
 
