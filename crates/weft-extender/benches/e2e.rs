@@ -1,0 +1,462 @@
+//! One pod's scheduling cycle end to end, as kube-scheduler drives the extender: `POST /filter`,
+//! then `POST /prioritize` with the nodes that passed, then `POST /bind` on the best of them, over
+//! one keep-alive HTTP/1.1 connection on loopback to the extender's own server (the `weft
+//! scheduler-extender` router and serve loop).
+//!
+//! The cluster is the one `weft scheduler-extender --cluster-file default` serves, scaled:
+//! `ClusterSpec::embedded_default().scaled(N)`, the 8 built-in node types, each node annotated with
+//! its topology (SR-IOV VFs included). About 40% of the nodes run pods that hold 1–4 GPUs (recorded
+//! in `weft.io/gpu-ids`). The pod asks for 4 GPUs.
+//!
+//! Bodies follow kube-scheduler's `HTTPExtender` (pkg/scheduler/extender.go): `ExtenderArgs` with
+//! the pod and either `NodeNames` (`nodeCacheCapable: true`) or `Nodes`, a v1 NodeList of complete
+//! Node objects (`nodeCacheCapable: false`: labels as GPU feature discovery and the cloud set them,
+//! capacity and allocatable, conditions, addresses, node info, images, taints and weft's topology
+//! annotation); prioritize gets the nodes filter passed, bind an `ExtenderBindingArgs`. Building the
+//! bodies (kube-scheduler's `json.Marshal`) and reading the answers (its decode) are the
+//! scheduler's work and are not timed: each verb is timed from sending its request to the last byte
+//! of its answer.
+//!
+//! Bind writes through an in-memory [`PodBinder`] (the pod read and the Binding, the node's record
+//! Lease read and written, all answered at once): what is timed is weft's own work, not an API
+//! server's round trips. After each cycle the pod's reservation is released (untimed), so every
+//! cycle sees the same cluster.
+//!
+//! Run: `cargo bench -p weft-extender --bench e2e` (prints median and p99 per case; `E2E_CYCLES`
+//! sets the cycles per case, `E2E_CASES` a comma-separated subset such as `names-5000`).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use weft_extender::reservations::NodeRecord;
+use weft_extender::{ExtenderConfig, ExtenderState, InMemoryView, PodBinder};
+use weft_sim::cluster::{Cluster, ClusterSpec};
+
+const POD: &str = "trainer-0";
+const NAMESPACE: &str = "ml";
+const UID: &str = "3f1e9c2a-7b4d-4e8f-9a61-0c5d2b7e8f10";
+const GPUS: u32 = 4;
+
+/// The API server's side of a bind, in memory: the pending pod is read, every write accepted.
+struct MemoryApi {
+    pod: Pod,
+}
+
+#[async_trait]
+impl PodBinder for MemoryApi {
+    async fn pod(&self, _: &str, _: &str) -> Result<Option<Pod>, String> {
+        Ok(Some(self.pod.clone()))
+    }
+
+    async fn resource_claim(&self, _: &str, _: &str) -> Result<Option<ResourceClaim>, String> {
+        Ok(None)
+    }
+
+    async fn bind(&self, _: &str, _: &str, _: &str, _: &str, a: BTreeMap<String, String>) -> Result<(), String> {
+        std::hint::black_box(a);
+        Ok(())
+    }
+
+    async fn annotate(
+        &self,
+        _: &str,
+        _: &str,
+        _: &str,
+        _: Option<&str>,
+        a: BTreeMap<String, Option<String>>,
+    ) -> Result<(), String> {
+        std::hint::black_box(a);
+        Ok(())
+    }
+
+    async fn node_record(&self, _: &str) -> Result<(Option<String>, NodeRecord), String> {
+        Ok((None, NodeRecord::default()))
+    }
+
+    async fn write_node_record(&self, _: &str, _: Option<&str>, r: &NodeRecord) -> Result<bool, String> {
+        std::hint::black_box(r);
+        Ok(true)
+    }
+}
+
+/// Deterministic GPUs in use on node `i` of `gpus`: none on 3 nodes of 5, else 1 to 4.
+fn used_gpus(i: usize, gpus: usize) -> Vec<usize> {
+    let mut x = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03;
+    if x % 5 < 3 {
+        return Vec::new();
+    }
+    let k = (1 + (x >> 8) % 4) as usize;
+    let mut used = Vec::new();
+    while used.len() < k.min(gpus) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let g = (x % gpus as u64) as usize;
+        if !used.contains(&g) {
+            used.push(g);
+        }
+    }
+    used.sort_unstable();
+    used
+}
+
+/// The pending pod as kube-scheduler sends it (from its informer: no apiVersion/kind).
+fn pod_json() -> Value {
+    json!({
+        "metadata": {
+            "name": POD, "generateName": "trainer-", "namespace": NAMESPACE, "uid": UID,
+            "resourceVersion": "88123451", "creationTimestamp": "2026-01-05T11:00:00Z",
+            "labels": {"app.kubernetes.io/name": "trainer", "batch.kubernetes.io/job-name": "train",
+                "batch.kubernetes.io/controller-uid": "9b2c0e4f-1d7a-4c3b-8e5f-2a6d9c1b7e30",
+                "job-name": "train", "batch.kubernetes.io/job-completion-index": "0"},
+            "annotations": {"batch.kubernetes.io/job-completion-index": "0"},
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "train",
+                "uid": "9b2c0e4f-1d7a-4c3b-8e5f-2a6d9c1b7e30", "controller": true, "blockOwnerDeletion": true}]
+        },
+        "spec": {
+            "volumes": [{"name": "kube-api-access-x7k2p", "projected": {"sources": [
+                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1",
+                    "fieldPath": "metadata.namespace"}}]}}], "defaultMode": 420}},
+                {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}}],
+            "containers": [{
+                "name": "trainer", "image": "nvcr.io/nvidia/pytorch:24.01-py3",
+                "command": ["torchrun", "--nproc-per-node=4", "train.py"],
+                "env": [{"name": "NCCL_DEBUG", "value": "WARN"}, {"name": "OMP_NUM_THREADS", "value": "8"}],
+                "resources": {
+                    "limits": {"nvidia.com/gpu": GPUS.to_string(), "cpu": "32", "memory": "256Gi"},
+                    "requests": {"nvidia.com/gpu": GPUS.to_string(), "cpu": "32", "memory": "256Gi"}
+                },
+                "volumeMounts": [{"name": "kube-api-access-x7k2p", "readOnly": true,
+                    "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"},
+                    {"name": "shm", "mountPath": "/dev/shm"}],
+                "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
+                "imagePullPolicy": "IfNotPresent"
+            }],
+            "restartPolicy": "Never", "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
+            "serviceAccountName": "default", "serviceAccount": "default", "securityContext": {},
+            "schedulerName": "weft-scheduler",
+            "tolerations": [
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
+                    "tolerationSeconds": 300},
+                {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+                    "tolerationSeconds": 300}],
+            "priority": 0, "enableServiceLinks": true, "preemptionPolicy": "PreemptLowerPriority"
+        },
+        "status": {"phase": "Pending", "qosClass": "Guaranteed"}
+    })
+}
+
+/// A GPU node as kube-scheduler's informer holds it (managedFields dropped by its informer's
+/// transform or not, they are skipped either way), with weft's topology `annotation`.
+fn node_json(name: &str, i: usize, product: &str, gpus: usize, vfs: usize, annotation: &str) -> Value {
+    let ip = format!("10.{}.{}.{}", 16 + i / 65_536, (i / 256) % 256, i % 256);
+    let images: Vec<Value> = [
+        ("nvcr.io/nvidia/pytorch", "24.01-py3", 9_654_321_987u64),
+        ("nvcr.io/nvidia/tritonserver", "24.01-py3", 7_123_456_789),
+        ("nvcr.io/nvidia/k8s/dcgm-exporter", "3.3.5-3.4.0-ubuntu22.04", 343_211_222),
+        ("nvcr.io/nvidia/k8s-device-plugin", "v0.15.0", 129_845_331),
+        ("nvcr.io/nvidia/gpu-feature-discovery", "v0.8.2", 88_123_456),
+        ("registry.k8s.io/kube-proxy", "v1.34.1", 30_123_456),
+        ("ghcr.io/weft/weft", "0.9.0", 41_234_567),
+        ("docker.io/calico/node", "v3.27.2", 117_654_321),
+        ("docker.io/calico/cni", "v3.27.2", 93_456_789),
+        ("registry.k8s.io/pause", "3.10", 320_368),
+    ]
+    .iter()
+    .enumerate()
+    .map(|(k, (repo, tag, size))| {
+        json!({"names": [format!("{repo}@sha256:{:064x}", (i as u128 + 1) * 0x9E37_79B9 + k as u128),
+                         format!("{repo}:{tag}")], "sizeBytes": size})
+    })
+    .collect();
+    let mut resources = json!({"cpu": "128", "memory": "2113123456Ki", "ephemeral-storage": "3750000000Ki",
+        "hugepages-1Gi": "0", "hugepages-2Mi": "0", "pods": "110", "nvidia.com/gpu": gpus.to_string()});
+    if vfs > 0 {
+        resources["sriov.weft.io/fabric"] = json!(vfs.to_string());
+    }
+    let mut allocatable = resources.clone();
+    allocatable["cpu"] = json!("126");
+    allocatable["memory"] = json!("2092123456Ki");
+    let condition = |kind: &str, status: &str, reason: &str, message: &str| {
+        json!({"type": kind, "status": status, "lastHeartbeatTime": "2026-01-05T10:55:12Z",
+            "lastTransitionTime": "2026-01-02T08:14:40Z", "reason": reason, "message": message})
+    };
+    json!({
+        "metadata": {
+            "name": name, "uid": format!("4c1d2e3f-{i:04x}-4a5b-8c7d-{:012x}", i * 7919),
+            "resourceVersion": format!("{}", 81_000_000 + i), "creationTimestamp": "2026-01-02T08:12:03Z",
+            "labels": {
+                "beta.kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                "node.kubernetes.io/instance-type": product,
+                "topology.kubernetes.io/region": "eu-west-4", "topology.kubernetes.io/zone": format!("eu-west-4{}", ["a", "b", "c"][i % 3]),
+                "nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": product,
+                "nvidia.com/gpu.count": gpus.to_string(), "nvidia.com/gpu.memory": "81920",
+                "nvidia.com/gpu.family": "ampere", "nvidia.com/gpu.machine": product,
+                "nvidia.com/gpu.compute.major": "8", "nvidia.com/gpu.compute.minor": "0",
+                "nvidia.com/cuda.driver.major": "550", "nvidia.com/cuda.driver.minor": "54",
+                "nvidia.com/cuda.driver.rev": "15", "nvidia.com/cuda.runtime.major": "12",
+                "nvidia.com/cuda.runtime.minor": "4", "nvidia.com/mig.capable": "false",
+                "nvidia.com/gfd.timestamp": "1767341234",
+                "feature.node.kubernetes.io/cpu-model.vendor_id": "AMD",
+                "feature.node.kubernetes.io/kernel-version.full": "6.8.0-45-generic",
+                "feature.node.kubernetes.io/pci-10de.present": "true",
+                "feature.node.kubernetes.io/pci-15b3.present": "true",
+                "feature.node.kubernetes.io/network-sriov.capable": "true",
+                "weft.io/cpu-management": "enabled"
+            },
+            "annotations": {
+                "node.alpha.kubernetes.io/ttl": "0",
+                "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+                "kubeadm.alpha.kubernetes.io/cri-socket": "unix:///run/containerd/containerd.sock",
+                "csi.volume.kubernetes.io/nodeid": format!("{{\"csi.example.com\":\"{name}\"}}"),
+                "nfd.node.kubernetes.io/feature-labels": "cpu-model.vendor_id,kernel-version.full,pci-10de.present,pci-15b3.present,network-sriov.capable",
+                "projectcalico.org/IPv4Address": format!("{ip}/16"),
+                weft_record::TOPOLOGY_ANNOTATION: annotation
+            }
+        },
+        "spec": {
+            "podCIDR": format!("10.244.{}.0/24", i % 256), "podCIDRs": [format!("10.244.{}.0/24", i % 256)],
+            "providerID": format!("metal://{name}"),
+            "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+        },
+        "status": {
+            "capacity": resources, "allocatable": allocatable,
+            "conditions": [
+                condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+                condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+                condition("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+                condition("Ready", "True", "KubeletReady", "kubelet is posting ready status")],
+            "addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": name}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "nodeInfo": {"machineID": format!("{:032x}", i * 104_729), "systemUUID": format!("{:08x}-1c2d-3e4f-5a6b-7c8d9e0f1a2b", i),
+                "bootID": format!("{:08x}-aaaa-4bbb-8ccc-dddddddddddd", i), "kernelVersion": "6.8.0-45-generic",
+                "osImage": "Ubuntu 22.04.4 LTS", "containerRuntimeVersion": "containerd://1.7.22",
+                "kubeletVersion": "v1.34.1", "kubeProxyVersion": "", "operatingSystem": "linux",
+                "architecture": "amd64"},
+            "images": images,
+            "runtimeHandlers": [{"name": "nvidia", "features": {"recursiveReadOnlyMounts": true, "userNamespaces": true}},
+                {"name": "runc", "features": {"recursiveReadOnlyMounts": true, "userNamespaces": true}},
+                {"name": "", "features": {"recursiveReadOnlyMounts": true, "userNamespaces": true}}],
+            "features": {"supplementalGroupsPolicy": true}
+        }
+    })
+}
+
+/// One case's cluster: the extender's view (as `--cluster-file` builds it, plus the bound pods)
+/// and, per node, its name and its complete Node JSON.
+struct Fixture {
+    view: Arc<InMemoryView>,
+    names: Vec<String>,
+    nodes: Vec<String>,
+}
+
+fn fixture(cluster: &Cluster) -> Fixture {
+    let view = Arc::new(InMemoryView::new());
+    let mut names = Vec::new();
+    let mut nodes = Vec::new();
+    let annotations: Vec<String> =
+        cluster.types.iter().map(|t| weft_topology::inventory::to_json(&t.topology)).collect();
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        let kind = &cluster.types[node.node_type];
+        let gpus = kind.topology.gpu_count();
+        let annotation = &annotations[node.node_type];
+        let full = node_json(&node.name, i, &kind.name, gpus, kind.topology.vfs().len(), annotation);
+        // What `local_view` inserts: the name, a resourceVersion and the annotation.
+        view.insert_node(k8s_openapi::api::core::v1::Node {
+            metadata: kube::api::ObjectMeta {
+                name: Some(node.name.clone()),
+                resource_version: full["metadata"]["resourceVersion"].as_str().map(str::to_string),
+                annotations: Some(BTreeMap::from([(weft_record::TOPOLOGY_ANNOTATION.to_string(), annotation.clone())])),
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        let used = used_gpus(i, gpus);
+        if !used.is_empty() {
+            let ids = used.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
+            let pod = weft_testkit::bound_pod(
+                &format!("job-{i}"),
+                &node.name,
+                used.len() as u32,
+                Some(&ids),
+                "2026-01-05T09:00:00Z",
+            );
+            view.insert_pod(pod);
+        }
+        names.push(node.name.clone());
+        nodes.push(serde_json::to_string(&full).unwrap());
+    }
+    Fixture { view, names, nodes }
+}
+
+/// `ExtenderArgs` JSON for the pod over `which` nodes, by name or as full objects.
+fn args_body(pod: &str, f: &Fixture, which: &[usize], by_name: bool) -> Vec<u8> {
+    let mut out = String::with_capacity(if by_name { which.len() * 24 } else { which.len() * 12_000 });
+    out.push_str("{\"Pod\":");
+    out.push_str(pod);
+    if by_name {
+        out.push_str(",\"Nodes\":null,\"NodeNames\":[");
+        for (k, &i) in which.iter().enumerate() {
+            if k > 0 {
+                out.push(',');
+            }
+            out.push_str(&serde_json::to_string(&f.names[i]).unwrap());
+        }
+        out.push_str("]}");
+    } else {
+        out.push_str(",\"Nodes\":{\"metadata\":{},\"items\":[");
+        for (k, &i) in which.iter().enumerate() {
+            if k > 0 {
+                out.push(',');
+            }
+            out.push_str(&f.nodes[i]);
+        }
+        out.push_str("]},\"NodeNames\":null}");
+    }
+    out.into_bytes()
+}
+
+/// What the bench reads of a filter answer (kube-scheduler reads `Nodes` too; passing nodes are
+/// the ones not failed, which is the same set).
+#[derive(Deserialize)]
+struct FilterAnswer {
+    #[serde(rename = "FailedNodes", default)]
+    failed: Option<BTreeMap<String, String>>,
+    #[serde(rename = "FailedAndUnresolvableNodes", default)]
+    unresolvable: Option<BTreeMap<String, String>>,
+    #[serde(rename = "Error", default)]
+    error: String,
+}
+
+#[derive(Deserialize)]
+struct Priority {
+    #[serde(rename = "Host")]
+    host: String,
+    #[serde(rename = "Score")]
+    score: i64,
+}
+
+#[derive(Deserialize)]
+struct BindAnswer {
+    #[serde(rename = "Error", default)]
+    error: String,
+}
+
+/// POSTs `body`; the time from sending to the last byte of the answer, and the answer.
+async fn post(client: &reqwest::Client, url: &str, body: Vec<u8>) -> (Duration, axum::body::Bytes) {
+    let start = Instant::now();
+    let r = client.post(url).header("Content-Type", "application/json").body(body).send().await.unwrap();
+    assert_eq!(r.status(), 200, "{url}");
+    let bytes = r.bytes().await.unwrap();
+    (start.elapsed(), bytes)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+async fn run_case(label: &str, f: &Fixture, by_name: bool, cycles: usize) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let pod: Pod = serde_json::from_value(pod_json()).unwrap();
+    let state = Arc::new(
+        ExtenderState::new(f.view.clone(), ExtenderConfig::default()).with_binder(Arc::new(MemoryApi { pod })),
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(weft_extender::serve(listener, state.clone(), Default::default(), async move {
+        let _ = stopped.await;
+    }));
+    // One connection, kept alive, as Go's http.Client keeps one per extender host.
+    let client = reqwest::Client::builder().http1_only().pool_max_idle_per_host(1).build().unwrap();
+    let pod = serde_json::to_string(&pod_json()).unwrap();
+    let all: Vec<usize> = (0..f.names.len()).collect();
+    let filter_body = args_body(&pod, f, &all, by_name);
+    let (mut filter_t, mut prio_t, mut bind_t, mut total_t) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut passed_count = 0;
+    // The first cycle warms the topology cache and the accounting, as a running extender's are.
+    for cycle in 0..=cycles {
+        let (tf, answer) = post(&client, &format!("{base}/filter"), filter_body.clone()).await;
+        let answer: FilterAnswer = serde_json::from_slice(&answer).unwrap();
+        assert_eq!(answer.error, "");
+        let failed = |n: &String| {
+            answer.failed.as_ref().is_some_and(|m| m.contains_key(n))
+                || answer.unresolvable.as_ref().is_some_and(|m| m.contains_key(n))
+        };
+        let passed: Vec<usize> = all.iter().copied().filter(|&i| !failed(&f.names[i])).collect();
+        passed_count = passed.len();
+        let (tp, answer) = post(&client, &format!("{base}/prioritize"), args_body(&pod, f, &passed, by_name)).await;
+        let scores: Vec<Priority> = serde_json::from_slice(&answer).unwrap();
+        let best = scores.iter().max_by_key(|p| p.score).unwrap().host.clone();
+        let bind = json!({"PodName": POD, "PodNamespace": NAMESPACE, "PodUID": UID, "Node": best});
+        let (tb, answer) = post(&client, &format!("{base}/bind"), serde_json::to_vec(&bind).unwrap()).await;
+        let answer: BindAnswer = serde_json::from_slice(&answer).unwrap();
+        assert_eq!(answer.error, "", "bind");
+        // The next cycle sees the cluster this one saw.
+        state.reservations().release(&best, UID);
+        if cycle > 0 {
+            filter_t.push(tf);
+            prio_t.push(tp);
+            bind_t.push(tb);
+            total_t.push(tf + tp + tb);
+        }
+    }
+    for v in [&mut filter_t, &mut prio_t, &mut bind_t, &mut total_t] {
+        v.sort();
+    }
+    let kib = |n: usize| n as f64 / 1024.0;
+    println!(
+        "{label}: {} nodes ({} pass filter), filter body {:.0} KiB; {cycles} cycles: filter+prioritize+bind median {} p99 {} \
+         (filter {} / {}, prioritize {} / {}, bind {} / {}: median / p99)",
+        f.names.len(),
+        passed_count,
+        kib(filter_body.len()),
+        ms(percentile(&total_t, 0.5)),
+        ms(percentile(&total_t, 0.99)),
+        ms(percentile(&filter_t, 0.5)),
+        ms(percentile(&filter_t, 0.99)),
+        ms(percentile(&prio_t, 0.5)),
+        ms(percentile(&prio_t, 0.99)),
+        ms(percentile(&bind_t, 0.5)),
+        ms(percentile(&bind_t, 0.99)),
+    );
+    let _ = stop.send(());
+    server.await.unwrap().unwrap();
+}
+
+fn main() {
+    let cycles: usize = std::env::var("E2E_CYCLES").ok().and_then(|v| v.parse().ok()).unwrap_or(200);
+    let only: Option<Vec<String>> =
+        std::env::var("E2E_CASES").ok().map(|v| v.split(',').map(|s| s.trim().to_string()).collect());
+    let wanted = |case: &str| only.as_ref().is_none_or(|o| o.iter().any(|c| c == case));
+    // As the extender serves: tokio's multi-threaded runtime, one worker per CPU.
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    for size in [5_000, 500] {
+        let cases = [(format!("names-{size}"), true), (format!("nodes-{size}"), false)];
+        if !cases.iter().any(|(c, _)| wanted(c)) {
+            continue;
+        }
+        let cluster = ClusterSpec::embedded_default().scaled(size).build(None).unwrap();
+        let f = fixture(&cluster);
+        for (case, by_name) in cases {
+            if wanted(&case) {
+                runtime.block_on(run_case(&case, &f, by_name, cycles));
+            }
+        }
+    }
+}
