@@ -499,8 +499,7 @@ pub fn run_matrix(spec: &MatrixSpec, opts: &MatrixOptions) -> Result<MatrixRepor
     // One job per (cell, seed): its stream and every policy on it.
     let jobs: Vec<(usize, u64)> =
         cells.iter().enumerate().flat_map(|(i, c)| (1..=c.stream.seeds).map(move |s| (i, s))).collect();
-    type JobResult = Result<(BTreeMap<usize, usize>, Vec<Metrics>), SimError>;
-    let results: Mutex<Vec<Option<JobResult>>> = Mutex::new((0..jobs.len()).map(|_| None).collect());
+    let results: Mutex<Vec<Option<Result<SeedRun, SimError>>>> = Mutex::new((0..jobs.len()).map(|_| None).collect());
     let next = AtomicUsize::new(0);
     let threads = match opts.threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -525,14 +524,13 @@ pub fn run_matrix(spec: &MatrixSpec, opts: &MatrixOptions) -> Result<MatrixRepor
         work();
     });
     let results = results.into_inner().unwrap_or_else(|e| e.into_inner());
-    let mut per_cell: Vec<Vec<(u64, BTreeMap<usize, usize>, Vec<Metrics>)>> = vec![Vec::new(); cells.len()];
+    let mut per_cell: Vec<Vec<SeedRun>> = vec![Vec::new(); cells.len()];
     for (r, &(c, seed)) in results.into_iter().zip(&jobs) {
         let r = r.ok_or_else(|| SimError::Format {
             source_name: "matrix".into(),
             message: format!("cell '{}' seed {seed}: not run", cells[c].name),
         })?;
-        let (sizes, metrics) = r?;
-        per_cell[c].push((seed, sizes, metrics));
+        per_cell[c].push(r?);
     }
     let mut reports = Vec::new();
     for ((cell, cluster), runs) in cells.iter().zip(&clusters).zip(per_cell) {
@@ -543,12 +541,16 @@ pub fn run_matrix(spec: &MatrixSpec, opts: &MatrixOptions) -> Result<MatrixRepor
     Ok(MatrixReport { bandwidth_measure: BANDWIDTH_MEASURE.to_string(), cells: reports, losing, gated_losing })
 }
 
-fn run_job(
-    cell: &CellSpec,
-    cluster: &Cluster,
+/// One seed of a cell: its stream's pods per size and each policy's metrics (in
+/// [`PlacementPolicy::ALL`] order).
+#[derive(Clone, Debug)]
+struct SeedRun {
     seed: u64,
-    score_config: &ScoreConfig,
-) -> Result<(BTreeMap<usize, usize>, Vec<Metrics>), SimError> {
+    by_size: BTreeMap<usize, usize>,
+    metrics: Vec<Metrics>,
+}
+
+fn run_job(cell: &CellSpec, cluster: &Cluster, seed: u64, score_config: &ScoreConfig) -> Result<SeedRun, SimError> {
     let name = |e: SimError| SimError::Format {
         source_name: "matrix".into(),
         message: format!("cell '{}' seed {seed}: {e}", cell.name),
@@ -563,20 +565,15 @@ fn run_job(
         let r = run_policy(cluster, &pods, policy, score_config, seed, &mut |_| {}).map_err(name)?;
         metrics.push(Metrics::of(&r));
     }
-    Ok((by_size, metrics))
+    Ok(SeedRun { seed, by_size, metrics })
 }
 
-fn cell_report(
-    spec: &MatrixSpec,
-    cell: &CellSpec,
-    cluster: &Cluster,
-    runs: &[(u64, BTreeMap<usize, usize>, Vec<Metrics>)],
-) -> CellReport {
+fn cell_report(spec: &MatrixSpec, cell: &CellSpec, cluster: &Cluster, runs: &[SeedRun]) -> CellReport {
     let policies: Vec<PolicyOverSeeds> = PlacementPolicy::ALL
         .iter()
         .enumerate()
         .map(|(i, p)| {
-            let seeds: Vec<Metrics> = runs.iter().map(|(_, _, m)| m[i]).collect();
+            let seeds: Vec<Metrics> = runs.iter().map(|r| r.metrics[i]).collect();
             PolicyOverSeeds { policy: p.name().to_string(), mean: mean(&seeds), worst: worst(&seeds), seeds }
         })
         .collect();
@@ -585,8 +582,8 @@ fn cell_report(
         for measure in Measure::ALL {
             let mut lost_seeds = Vec::new();
             let mut applies = false;
-            for (seed, sizes, m) in runs {
-                match judge(measure, &m[0], &m[b], sizes.get(&8).copied().unwrap_or(0)) {
+            for SeedRun { seed, by_size, metrics: m } in runs {
+                match judge(measure, &m[0], &m[b], by_size.get(&8).copied().unwrap_or(0)) {
                     Outcome::Win => applies = true,
                     Outcome::Lose => lost_seeds.push(*seed),
                     Outcome::NotApplicable => {}
@@ -610,7 +607,7 @@ fn cell_report(
         nodes: cluster.nodes.len(),
         gpus: cluster.total_gpus(),
         vfs: cluster.total_vfs(),
-        by_size: runs.first().map(|(_, s, _)| s.clone()).unwrap_or_default(),
+        by_size: runs.first().map(|r| r.by_size.clone()).unwrap_or_default(),
         policies,
         checks,
         wins,
