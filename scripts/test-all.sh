@@ -46,6 +46,11 @@ log "cargo test (workspace)"
 rm -rf "${CARGO_TARGET_DIR:-target}/rbac-ledger"
 cargo test --workspace --features weft-transport/rdma,weft-transport/gpu --locked --no-fail-fast
 
+log "weft simulate --matrix, the small cells (weft against the baselines; a loss on a cell marked gate: true fails)"
+# The debug weft binary the suite just built for its CLI tests. Which cells gate is set in the
+# matrix file (crates/weft-sim/scenarios/matrix.yaml), not here.
+"${CARGO_TARGET_DIR:-target}/debug/weft" simulate --matrix crates/weft-sim/scenarios/matrix.yaml --small-only
+
 log "RBAC: every rule of deploy/'s roles exercised by some test (the ledger the suite just wrote)"
 cargo test -p weft-testkit --test rbac_exercised --locked -- --ignored --nocapture
 
