@@ -7,6 +7,7 @@
 pub mod cluster;
 pub mod engine;
 pub mod matrix;
+pub mod optimum;
 pub mod pipeline;
 pub mod workload;
 

@@ -1,0 +1,523 @@
+//! Distance to the optimum: a proven upper bound on the pods any policy could have placed on a
+//! stream, and each policy's gap to it.
+//!
+//! The engine's model ([`crate::engine`]) makes placement feasibility a matter of counts: a pod
+//! asks for `g` GPUs and, per physnet, some VFs; any free GPUs of its node serve it, and the VFs of
+//! one physnet are interchangeable for fitting. So "which pods to admit, and on which node, so that
+//! at every instant each node's GPUs and per-physnet VFs suffice" is exactly this 0/1 program:
+//!
+//! - a variable `x[p][n]` for each pod `p` and node `n` whose type could hold `p` on its own;
+//! - each pod on at most one node: `Σ_n x[p][n] ≤ 1`;
+//! - for each node `n` and each instant `q` at which the set of running pods is largest (the
+//!   arrival just before some pod departs, and the last arrival), the pods running then fit:
+//!   `Σ_{p running at q} g_p·x[p][n] ≤ G_n`, and the same for each physnet's VFs;
+//! - maximise `Σ x`.
+//!
+//! "Running at `q`" follows the engine to the letter: pods are handled in the stream's order, and
+//! before pod `q` every earlier pod whose end (`arrival + duration`) is at or before `q`'s arrival
+//! has left. Checking at the arrivals is enough because nothing arrives in between, and checking
+//! only at the arrivals that precede a departure is enough because at any other arrival the
+//! running set only grows until the next one.
+//!
+//! Every online policy's placements are a feasible point of this program (it places pods where
+//! they fit at arrival, and a placed pod stays until its end), so its optimum bounds every policy
+//! from above; the online policy also decides without knowing the future, so the bound need not be
+//! reachable online. The program is solved by `microlp` (pure Rust branch and bound) under a
+//! time limit: a finished search gives the optimum; an interrupted one gives the search's best
+//! proven bound, which is still an upper bound. When the integer search fails, the linear
+//! relaxation (each `x` in `[0, 1]`) is solved instead: its optimum is also an upper bound. The
+//! last resort is the count of pods that fit some node type at all. [`BoundKind`] says which one a
+//! number is.
+//!
+//! Identical nodes make the integer search explore many equivalent placements. The search is kept
+//! exact with symmetry-breaking rows that remove only relabellings: among the nodes of one type,
+//! node `j + 1` takes a pod only once node `j` has taken an earlier one (`x[p][j+1] ≤ Σ_{r<p}
+//! x[r][j]`). Any placement can be relabelled to meet them (number a type's nodes by the first pod
+//! each receives), so the optimum is unchanged.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use microlp::{ComparisonOp, OptimizationDirection, Problem, SolveOptions, SolveOutcome, Variable};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+use weft_alloc::ScoreConfig;
+
+use crate::SimError;
+use crate::cluster::Cluster;
+use crate::engine::{PlacementPolicy, run_policy};
+use crate::workload::SimPod;
+
+/// Most variables (pod × node pairs) the program may have; larger instances are refused before
+/// anything is built (the bound is meant for small instances: a few hundred pods on 8–16 nodes is
+/// a few thousand).
+pub const MAX_VARIABLES: usize = 200_000;
+
+/// Errors of the optimum computation.
+#[derive(Debug, Error)]
+pub enum OptimumError {
+    /// The cluster, the pods or a policy run refused.
+    #[error(transparent)]
+    Sim(#[from] SimError),
+    /// A pod the program cannot take.
+    #[error("pod '{pod}' (stream position {index}): {message}")]
+    BadPod {
+        /// Pod name.
+        pod: String,
+        /// Its position in the stream.
+        index: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// The program would be larger than [`MAX_VARIABLES`].
+    #[error("the optimum program would have {variables} pod-node variables (at most {limit}): use fewer nodes or pods")]
+    TooLarge {
+        /// Variables it would have.
+        variables: usize,
+        /// The limit.
+        limit: usize,
+    },
+}
+
+/// How a bound was obtained.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BoundKind {
+    /// The integer program was solved to optimality: the bound is the offline optimum.
+    Optimal,
+    /// The integer search stopped at the time limit: its best proven bound.
+    MipBound,
+    /// The linear relaxation's optimum (the integer search failed or found no bound).
+    LpBound,
+    /// The pods that fit some node type at all (both solves failed).
+    Trivial,
+}
+
+impl BoundKind {
+    /// Name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            BoundKind::Optimal => "optimal",
+            BoundKind::MipBound => "MIP bound",
+            BoundKind::LpBound => "LP bound",
+            BoundKind::Trivial => "trivial",
+        }
+    }
+}
+
+/// Options of the computation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OptimumOptions {
+    /// Time limit of the integer search (the relaxation, when needed, gets the same again).
+    pub time_limit: Duration,
+}
+
+impl Default for OptimumOptions {
+    fn default() -> Self {
+        OptimumOptions { time_limit: Duration::from_secs(10) }
+    }
+}
+
+/// An upper bound on the pods placed, with what backs it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacedBound {
+    /// Pods offered.
+    pub pods: usize,
+    /// Pods that fit some node type of the cluster when it is empty (a first, trivial bound).
+    pub placeable: usize,
+    /// No policy places more than this many pods of the stream.
+    pub bound: usize,
+    /// How [`Self::bound`] was obtained.
+    pub kind: BoundKind,
+    /// The most pods of a placement the solver found and this module checked against the counts
+    /// (a feasible offline placement: the optimum is at least this). None when none was found.
+    pub best_found: Option<usize>,
+    /// Pod-node variables of the program.
+    pub variables: usize,
+    /// Rows of the program (one-node-per-pod, capacity and symmetry rows).
+    pub rows: usize,
+    /// Wall time of the solves, milliseconds.
+    pub solve_ms: f64,
+    /// Why a fallback was taken (the solver's error), when one was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// The program, built without a solver (pure), so it can be checked and tested on its own.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Program {
+    /// The 0/1 variables: (pod position in the stream, node position in the cluster).
+    pub vars: Vec<(usize, usize)>,
+    /// Continuous helper variables (≥ 0) of the symmetry rows, numbered after `vars`.
+    pub aux: usize,
+    /// Rows `Σ coeff·x ≤ rhs`: (variable positions with coefficients, rhs).
+    pub rows: Vec<(Vec<(usize, f64)>, f64)>,
+    /// Pods that fit some node type.
+    pub placeable: usize,
+}
+
+/// Per node type: GPUs and, per physnet of the stream, VFs.
+struct TypeCapacity {
+    gpus: usize,
+    vfs: Vec<usize>,
+}
+
+/// A pod as counts: GPUs and, per physnet of the stream, VFs.
+struct PodNeed {
+    gpus: usize,
+    vfs: Vec<usize>,
+}
+
+/// The stream and the cluster as counts.
+struct Counts {
+    pods: Vec<PodNeed>,
+    types: Vec<TypeCapacity>,
+}
+
+fn needs(cluster: &Cluster, pods: &[SimPod]) -> Result<Counts, OptimumError> {
+    let physnets: Vec<Arc<str>> = pods
+        .iter()
+        .flat_map(|p| p.vfs.iter().filter(|(_, n)| *n > 0).map(|(name, _)| name.clone()))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let mut out = Vec::with_capacity(pods.len());
+    for (index, p) in pods.iter().enumerate() {
+        let bad = |message: String| OptimumError::BadPod { pod: p.name.clone(), index, message };
+        if p.gpus == 0 {
+            return Err(bad("requests no GPU; the simulator places GPU pods".into()));
+        }
+        if !p.arrival.is_finite() || p.arrival < 0.0 || !p.duration.is_finite() || p.duration < 0.0 {
+            return Err(bad(format!("arrival {} s and duration {} s must be finite and ≥ 0", p.arrival, p.duration)));
+        }
+        let mut vfs = vec![0usize; physnets.len()];
+        for (name, n) in &p.vfs {
+            if *n > 0 {
+                // Every name with a count > 0 is in `physnets` by construction.
+                let i = physnets.binary_search(name).unwrap_or_default();
+                vfs[i] = vfs[i].saturating_add(*n);
+            }
+        }
+        out.push(PodNeed { gpus: p.gpus, vfs });
+    }
+    let caps = cluster
+        .types
+        .iter()
+        .map(|t| TypeCapacity {
+            gpus: t.topology.gpu_count(),
+            vfs: physnets
+                .iter()
+                .map(|s| t.topology.vfs().iter().filter(|v| v.physnet.as_deref() == Some(&**s)).count())
+                .collect(),
+        })
+        .collect();
+    Ok(Counts { pods: out, types: caps })
+}
+
+fn fits(need: &PodNeed, cap: &TypeCapacity) -> bool {
+    need.gpus <= cap.gpus && need.vfs.iter().zip(&cap.vfs).all(|(n, c)| n <= c)
+}
+
+/// The running sets at the instants that need checking: for each arrival just before a departure
+/// (and the last arrival), the pods running then, in stream order. Follows the engine: before pod
+/// `q`, every pod running whose end is at or before `q`'s arrival leaves.
+pub fn checked_instants(pods: &[SimPod]) -> Vec<Vec<usize>> {
+    let mut out = Vec::new();
+    let mut running: Vec<usize> = Vec::new();
+    // The set as it stood after the previous arrival, kept only if someone leaves before the next.
+    let mut pending: Option<Vec<usize>> = None;
+    for (q, pod) in pods.iter().enumerate() {
+        let before = running.len();
+        running.retain(|&p| pods[p].arrival + pods[p].duration > pod.arrival);
+        if let Some(set) = pending.take()
+            && running.len() < before
+        {
+            out.push(set);
+        }
+        running.push(q);
+        pending = Some(running.clone());
+    }
+    out.extend(pending);
+    out
+}
+
+/// Build the program for `pods` on `cluster` (see the module docs).
+pub fn build_program(cluster: &Cluster, pods: &[SimPod]) -> Result<Program, OptimumError> {
+    if cluster.nodes.is_empty() {
+        return Err(SimError::EmptyCluster.into());
+    }
+    let Counts { pods: needs, types: caps } = needs(cluster, pods)?;
+    let node_type = |n: usize| cluster.nodes[n].node_type;
+    let fits_type: Vec<Vec<bool>> = needs.iter().map(|p| caps.iter().map(|c| fits(p, c)).collect()).collect();
+    let placeable = fits_type.iter().filter(|f| f.iter().any(|&x| x)).count();
+    let variables: usize = fits_type
+        .iter()
+        .map(|f| (0..cluster.nodes.len()).filter(|&n| f[node_type(n)]).count())
+        .try_fold(0usize, |a, b| a.checked_add(b))
+        .unwrap_or(usize::MAX);
+    if variables > MAX_VARIABLES {
+        return Err(OptimumError::TooLarge { variables, limit: MAX_VARIABLES });
+    }
+    let mut program = Program { placeable, ..Program::default() };
+    // var_of[p]: node -> variable.
+    let mut var_of: Vec<BTreeMap<usize, usize>> = vec![BTreeMap::new(); pods.len()];
+    for (p, f) in fits_type.iter().enumerate() {
+        for n in 0..cluster.nodes.len() {
+            if f[node_type(n)] {
+                var_of[p].insert(n, program.vars.len());
+                program.vars.push((p, n));
+            }
+        }
+    }
+    for vars in &var_of {
+        if vars.len() >= 2 {
+            program.rows.push((vars.values().map(|&v| (v, 1.0)).collect(), 1.0));
+        }
+    }
+    for running in checked_instants(pods) {
+        for n in 0..cluster.nodes.len() {
+            let cap = &caps[node_type(n)];
+            let on_n: Vec<(usize, usize)> =
+                running.iter().filter_map(|&p| var_of[p].get(&n).map(|&v| (p, v))).collect();
+            let gpus: usize = on_n.iter().map(|&(p, _)| needs[p].gpus).sum();
+            if gpus > cap.gpus {
+                program.rows.push((on_n.iter().map(|&(p, v)| (v, needs[p].gpus as f64)).collect(), cap.gpus as f64));
+            }
+            for (s, &vfs_cap) in cap.vfs.iter().enumerate() {
+                let asks: Vec<(usize, f64)> = on_n
+                    .iter()
+                    .filter(|&&(p, _)| needs[p].vfs[s] > 0)
+                    .map(|&(p, v)| (v, needs[p].vfs[s] as f64))
+                    .collect();
+                if asks.iter().map(|(_, c)| c).sum::<f64>() > vfs_cap as f64 {
+                    program.rows.push((asks, vfs_cap as f64));
+                }
+            }
+        }
+    }
+    // Symmetry: node j + 1 of a type takes pod p only if node j took an earlier pod. With
+    // u[p][j] ≤ Σ_{r≤p} x[r][j] (continuous, chained so each row stays short):
+    // u[p][j] − u[p−1][j] − x[p][j] ≤ 0 and x[p][j+1] − u[p−1][j] ≤ 0.
+    let mut by_type: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for n in 0..cluster.nodes.len() {
+        by_type.entry(node_type(n)).or_default().push(n);
+    }
+    let first_aux = program.vars.len();
+    for nodes in by_type.values() {
+        for pair in nodes.windows(2) {
+            let (a, b) = (pair[0], pair[1]);
+            let mut prefix: Option<usize> = None;
+            for vars in &var_of {
+                let (Some(&va), Some(&vb)) = (vars.get(&a), vars.get(&b)) else { continue };
+                match prefix {
+                    None => program.rows.push((vec![(vb, 1.0)], 0.0)),
+                    Some(u) => program.rows.push((vec![(vb, 1.0), (u, -1.0)], 0.0)),
+                }
+                let u = first_aux + program.aux;
+                program.aux += 1;
+                let mut row = vec![(u, 1.0), (va, -1.0)];
+                if let Some(prev) = prefix {
+                    row.push((prev, -1.0));
+                }
+                program.rows.push((row, 0.0));
+                prefix = Some(u);
+            }
+        }
+    }
+    Ok(program)
+}
+
+/// Whether a placement (per pod: its node or None) keeps every node's GPU and per-physnet VF counts
+/// at every instant, replaying the engine's event order. Independent of [`build_program`]: the
+/// check that the solver's placements are real.
+pub fn placement_fits(cluster: &Cluster, pods: &[SimPod], placement: &[Option<usize>]) -> Result<bool, OptimumError> {
+    let Counts { pods: needs, types: caps } = needs(cluster, pods)?;
+    let mut running: Vec<usize> = Vec::new();
+    for (q, pod) in pods.iter().enumerate() {
+        running.retain(|&p| pods[p].arrival + pods[p].duration > pod.arrival);
+        let Some(n) = placement.get(q).copied().flatten() else { continue };
+        let Some(node) = cluster.nodes.get(n) else { return Ok(false) };
+        let cap = &caps[node.node_type];
+        running.push(q);
+        let on_n: Vec<usize> = running.iter().copied().filter(|&p| placement[p] == Some(n)).collect();
+        if on_n.iter().map(|&p| needs[p].gpus).sum::<usize>() > cap.gpus {
+            return Ok(false);
+        }
+        for (s, &c) in cap.vfs.iter().enumerate() {
+            if on_n.iter().map(|&p| needs[p].vfs[s]).sum::<usize>() > c {
+                return Ok(false);
+            }
+        }
+    }
+    Ok(true)
+}
+
+fn problem(program: &Program, integral: bool) -> (Problem, Vec<Variable>) {
+    let mut problem = Problem::new(OptimizationDirection::Maximize);
+    let mut vars: Vec<Variable> = program
+        .vars
+        .iter()
+        .map(|_| if integral { problem.add_binary_var(1.0) } else { problem.add_var(1.0, (0.0, 1.0)) })
+        .collect();
+    vars.extend((0..program.aux).map(|_| problem.add_var(0.0, (0.0, f64::INFINITY))));
+    for (row, rhs) in &program.rows {
+        problem.add_constraint(row.iter().map(|&(v, c)| (vars[v], c)), ComparisonOp::Le, *rhs);
+    }
+    (problem, vars)
+}
+
+/// An integral bound from a solver's real one: the objective counts pods, so the largest integer
+/// not above the bound (less a round-off allowance) is a bound too.
+fn floor_bound(x: f64) -> usize {
+    if x.is_finite() && x > 0.0 { (x + 1e-6).floor() as usize } else { 0 }
+}
+
+/// The upper bound on pods placed (see the module docs).
+pub fn placed_bound(cluster: &Cluster, pods: &[SimPod], options: &OptimumOptions) -> Result<PlacedBound, OptimumError> {
+    let started = Instant::now();
+    let program = build_program(cluster, pods)?;
+    let mut result = PlacedBound {
+        pods: pods.len(),
+        placeable: program.placeable,
+        bound: program.placeable,
+        kind: BoundKind::Trivial,
+        best_found: None,
+        variables: program.vars.len(),
+        rows: program.rows.len(),
+        solve_ms: 0.0,
+        note: None,
+    };
+    if program.vars.is_empty() {
+        result.kind = BoundKind::Optimal;
+        result.best_found = Some(0);
+        result.solve_ms = started.elapsed().as_secs_f64() * 1000.0;
+        return Ok(result);
+    }
+    let (mip, vars) = problem(&program, true);
+    let mut solve_options = SolveOptions::default();
+    solve_options.time_limit = Some(options.time_limit);
+    // The objective counts pods: a bound less than one pod above the incumbent settles it.
+    solve_options.mip_gap = 0.5 / (program.vars.len() as f64 + 1.0);
+    let mut mip_bound = None;
+    match mip.solve_with(solve_options) {
+        Ok(SolveOutcome::Solution(s)) => {
+            let chosen: Vec<bool> = vars[..program.vars.len()].iter().map(|&v| s.var_value(v) > 0.5).collect();
+            let placement = placement_of(&program, pods.len(), &chosen);
+            if placement_fits(cluster, pods, &placement)? {
+                result.best_found = Some(placement.iter().filter(|n| n.is_some()).count());
+            }
+            mip_bound = s.stats().best_bound.map(floor_bound);
+        }
+        Ok(SolveOutcome::Interrupted(i)) => mip_bound = i.stats().best_bound.map(floor_bound),
+        Err(e) => result.note = Some(format!("integer search: {e}")),
+    }
+    match mip_bound {
+        Some(b) if b <= result.bound => {
+            result.bound = b;
+            result.kind = BoundKind::MipBound;
+        }
+        _ => {
+            let (lp, _) = problem(&program, false);
+            let mut lp_options = SolveOptions::default();
+            lp_options.time_limit = Some(options.time_limit);
+            match lp.solve_with(lp_options) {
+                Ok(SolveOutcome::Solution(s)) => {
+                    let b = floor_bound(s.objective());
+                    if b <= result.bound {
+                        result.bound = b;
+                        result.kind = BoundKind::LpBound;
+                    }
+                }
+                Ok(SolveOutcome::Interrupted(_)) => {
+                    push_note(&mut result.note, "linear relaxation: stopped at the time limit".into());
+                }
+                Err(e) => push_note(&mut result.note, format!("linear relaxation: {e}")),
+            }
+        }
+    }
+    if let Some(found) = result.best_found {
+        // A checked placement of `found` pods exists: the bound cannot be below it.
+        result.bound = result.bound.max(found);
+        if found == result.bound {
+            result.kind = BoundKind::Optimal;
+        }
+    }
+    result.solve_ms = started.elapsed().as_secs_f64() * 1000.0;
+    Ok(result)
+}
+
+fn push_note(note: &mut Option<String>, more: String) {
+    *note = Some(match note.take() {
+        Some(n) => format!("{n}; {more}"),
+        None => more,
+    });
+}
+
+fn placement_of(program: &Program, pods: usize, chosen: &[bool]) -> Vec<Option<usize>> {
+    let mut placement = vec![None; pods];
+    for (v, &(p, n)) in program.vars.iter().enumerate() {
+        if chosen[v] {
+            placement[p] = Some(n);
+        }
+    }
+    placement
+}
+
+/// One policy's pods placed against the bound.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyGap {
+    /// Policy name.
+    pub policy: String,
+    /// Pods it placed.
+    pub placed: usize,
+    /// `(bound − placed) / bound`: at least the true gap to the optimum (equal when the bound is
+    /// optimal); 0 when the bound is 0.
+    pub gap: f64,
+}
+
+/// One instance: the bound and every policy's gap to it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceReport {
+    /// Seed of the instance (its stream and the blind policy's choices).
+    pub seed: u64,
+    /// Nodes.
+    pub nodes: usize,
+    /// GPUs.
+    pub gpus: usize,
+    /// Pods asking VFs.
+    pub vf_pods: usize,
+    /// The bound.
+    pub bound: PlacedBound,
+    /// Each policy, in the order asked.
+    pub policies: Vec<PolicyGap>,
+}
+
+/// Run `policies` over `pods` on `cluster` and put each beside the bound on pods placed.
+pub fn compare(
+    cluster: &Cluster,
+    pods: &[SimPod],
+    policies: &[PlacementPolicy],
+    score_config: &ScoreConfig,
+    seed: u64,
+    options: &OptimumOptions,
+) -> Result<InstanceReport, OptimumError> {
+    let bound = placed_bound(cluster, pods, options)?;
+    let mut gaps = Vec::with_capacity(policies.len());
+    for &policy in policies {
+        let r = run_policy(cluster, pods, policy, score_config, seed, &mut |_| {})?;
+        let gap = if bound.bound == 0 { 0.0 } else { (bound.bound as f64 - r.placed as f64) / bound.bound as f64 };
+        gaps.push(PolicyGap { policy: r.policy, placed: r.placed, gap });
+    }
+    Ok(InstanceReport {
+        seed,
+        nodes: cluster.nodes.len(),
+        gpus: cluster.total_gpus(),
+        vf_pods: pods.iter().filter(|p| p.vf_count() > 0).count(),
+        bound,
+        policies: gaps,
+    })
+}
