@@ -57,6 +57,18 @@ pub struct SimulateArgs {
     /// With --matrix: only the cells marked `small: true` (CI's smoke run).
     #[arg(long, requires = "matrix")]
     small_only: bool,
+    /// Put each policy's pods placed beside a proven upper bound on what any placement of the stream
+    /// could place (the offline 0/1 program solved by microlp; docs/simulate.md, "Distance to the
+    /// optimum"), on --instances generated streams of seeds --seed, --seed + 1, ... Meant for small
+    /// instances: e.g. --nodes 12 --pods 300.
+    #[arg(long, conflicts_with_all = ["pipelines", "matrix"])]
+    optimum: bool,
+    /// With --optimum: how many instances.
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "optimum")]
+    instances: usize,
+    /// With --optimum: time limit of each instance's integer search (500ms, 30s, 2m).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::duration_arg::positive, requires = "optimum")]
+    time_limit: std::time::Duration,
     /// List the built-in node types and exit.
     #[arg(long)]
     list_node_types: bool,
@@ -117,6 +129,23 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let cluster = spec.build(base).context("building the cluster")?;
     if let Some(file) = &args.pipelines {
         return run_pipelines(&args, file.as_deref(), &cluster);
+    }
+    if args.optimum {
+        let workload = match &args.workload {
+            Some(p) => Some(read_workload(p).with_context(|| format!("reading workload {}", p.display()))?),
+            None => None,
+        };
+        return crate::cmd_sim_optimum::run(crate::cmd_sim_optimum::OptimumRun {
+            cluster: &cluster,
+            workload,
+            pods: args.pods,
+            seed: args.seed,
+            instances: args.instances,
+            time_limit: args.time_limit,
+            policies: args.policies.iter().map(|&p| p.into()).collect(),
+            score_config: score_config(args.remainder_weight)?,
+            output: args.output,
+        });
     }
     let pods = match &args.workload {
         Some(p) => read_workload(p).with_context(|| format!("reading workload {}", p.display()))?,

@@ -12,6 +12,7 @@ mod cmd_install_cni;
 mod cmd_jobs;
 mod cmd_sim;
 mod cmd_sim_matrix;
+mod cmd_sim_optimum;
 mod cmd_topo;
 mod cmd_wait;
 mod cmd_webhook;

@@ -1,0 +1,104 @@
+//! `weft simulate --optimum`: each policy's pods placed beside a proven upper bound on what any
+//! placement could have placed (`weft_sim::optimum`), over a few generated instances.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use weft_alloc::ScoreConfig;
+use weft_sim::optimum::{InstanceReport, OptimumOptions, compare};
+use weft_sim::{Cluster, Generate, PlacementPolicy, SimPod};
+
+use crate::output::{Output, print_json, table};
+
+/// What the optimum run needs from `weft simulate`'s flags.
+pub struct OptimumRun<'a> {
+    pub cluster: &'a Cluster,
+    /// A workload file's pods (one instance), or None for generated streams.
+    pub workload: Option<Vec<SimPod>>,
+    pub pods: usize,
+    pub seed: u64,
+    pub instances: usize,
+    pub time_limit: Duration,
+    pub policies: Vec<PlacementPolicy>,
+    pub score_config: ScoreConfig,
+    pub output: Output,
+}
+
+pub fn run(r: OptimumRun<'_>) -> anyhow::Result<()> {
+    if r.instances == 0 {
+        anyhow::bail!("--instances must be at least 1");
+    }
+    if r.workload.is_some() && r.instances > 1 {
+        anyhow::bail!("--instances applies to generated streams; a --workload file is one instance");
+    }
+    let options = OptimumOptions { time_limit: r.time_limit };
+    let mut reports = Vec::with_capacity(r.instances);
+    for i in 0..r.instances {
+        let seed = r.seed.wrapping_add(i as u64);
+        let pods = match &r.workload {
+            Some(p) => p.clone(),
+            None => Generate::default_for(r.cluster.total_gpus(), r.pods, seed).pods()?,
+        };
+        let report = compare(r.cluster, &pods, &r.policies, &r.score_config, seed, &options)
+            .with_context(|| format!("instance {} (seed {seed})", i + 1))?;
+        reports.push(report);
+    }
+    match r.output {
+        Output::Json => print_json(&reports),
+        Output::Table => print_table(&reports),
+    }
+}
+
+fn percent(x: f64) -> String {
+    format!("{:.1}%", 100.0 * x)
+}
+
+fn print_table(reports: &[InstanceReport]) -> anyhow::Result<()> {
+    let Some(first) = reports.first() else { return Ok(()) };
+    outln!(
+        "cluster: {} nodes, {} GPUs; bound: an upper bound on the pods any placement of the stream places \
+         (optimal: the offline optimum; MIP bound: the search's proven bound at the time limit; LP bound: the \
+         linear relaxation's); gap: (bound - placed) / bound, at least the true gap to the optimum",
+        first.nodes,
+        first.gpus
+    )?;
+    let mut header = vec!["seed".to_string(), "pods (VF)".into(), "bound".into(), "kind".into(), "best found".into()];
+    for p in &first.policies {
+        header.push(p.policy.clone());
+        header.push(format!("{} gap", p.policy));
+    }
+    header.push("solve s".into());
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    let mut t = table(&header);
+    let mut gap_sums = vec![0.0; first.policies.len()];
+    for r in reports {
+        let mut row = vec![
+            r.seed.to_string(),
+            format!("{} ({})", r.bound.pods, r.vf_pods),
+            r.bound.bound.to_string(),
+            r.bound.kind.name().to_string(),
+            r.bound.best_found.map_or("-".to_string(), |b| b.to_string()),
+        ];
+        for (i, p) in r.policies.iter().enumerate() {
+            row.push(p.placed.to_string());
+            row.push(percent(p.gap));
+            gap_sums[i] += p.gap;
+        }
+        row.push(format!("{:.1}", r.bound.solve_ms / 1000.0));
+        t.add_row(row);
+    }
+    outln!("{t}")?;
+    let means: Vec<String> = first
+        .policies
+        .iter()
+        .zip(&gap_sums)
+        .map(|(p, s)| format!("{} {}", p.policy, percent(s / reports.len() as f64)))
+        .collect();
+    outln!("mean gap over {} instances: {}", reports.len(), means.join(", "))?;
+    for r in reports {
+        if let Some(note) = &r.bound.note {
+            outln!("seed {}: {note}", r.seed)?;
+        }
+    }
+    Ok(())
+}
