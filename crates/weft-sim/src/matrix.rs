@@ -15,7 +15,7 @@
 //!     cluster: {mix: default}                     # nodes: N scales the mix to N nodes
 //!     stream: {pods: 5000, seeds: 1, vfShare: 0.5} # sizes: {8: 1} for an all-8-GPU stream
 //!     small: true                                 # cheap enough for CI (`--small-only`)
-//!     gate: false                                 # a loss here fails the command
+//!     gate: false                                 # true: a loss fails the command; strict: a tie too
 //! ```
 //!
 //! A cell's stream is [`Generate::default_for`] with its pods, seed and VF share, and its size mix
@@ -82,9 +82,64 @@ pub struct CellSpec {
     /// Cheap enough for CI's smoke run (`--small-only`).
     #[serde(default)]
     pub small: bool,
-    /// A loss on this cell makes the command fail (exit status 1).
+    /// Whether this cell's verdict can fail the command (exit status 1).
     #[serde(default)]
-    pub gate: bool,
+    pub gate: Gate,
+}
+
+/// What fails a cell's gate: `false` (nothing, the default), `true` (a loss), `strict` (a loss or a
+/// tie: weft not strictly better on a bandwidth or stranded measure).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "GateRepr", into = "GateRepr")]
+pub enum Gate {
+    /// Reported only.
+    #[default]
+    Off,
+    /// A loss fails.
+    Losses,
+    /// A loss or a tie fails.
+    Strict,
+}
+
+/// How a gate is written: a boolean or `strict`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(untagged)]
+enum GateRepr {
+    Bool(bool),
+    Word(String),
+}
+
+impl TryFrom<GateRepr> for Gate {
+    type Error = String;
+    fn try_from(r: GateRepr) -> Result<Gate, String> {
+        match r {
+            GateRepr::Bool(false) => Ok(Gate::Off),
+            GateRepr::Bool(true) => Ok(Gate::Losses),
+            GateRepr::Word(w) if w == "strict" => Ok(Gate::Strict),
+            GateRepr::Word(w) => Err(format!("gate: '{w}' is not true, false or strict")),
+        }
+    }
+}
+
+impl From<Gate> for GateRepr {
+    fn from(g: Gate) -> GateRepr {
+        match g {
+            Gate::Off => GateRepr::Bool(false),
+            Gate::Losses => GateRepr::Bool(true),
+            Gate::Strict => GateRepr::Word("strict".into()),
+        }
+    }
+}
+
+impl Gate {
+    /// Whether a cell with this verdict fails the gate.
+    pub fn fails(self, verdict: CellVerdict) -> bool {
+        match self {
+            Gate::Off => false,
+            Gate::Losses => verdict == CellVerdict::Loses,
+            Gate::Strict => verdict != CellVerdict::Wins,
+        }
+    }
 }
 
 /// A cell's cluster.
@@ -339,11 +394,12 @@ pub enum Measure {
     Placed,
     /// 8-GPU pods placed: weft ≥ baseline (n/a when the stream offers none).
     EightGpuPlaced,
-    /// p10 bottleneck bandwidth: weft > baseline (n/a when either placed no multi-GPU pod).
+    /// p10 bottleneck bandwidth: weft > baseline; equal is a tie (n/a when either placed no
+    /// multi-GPU pod).
     P10Bottleneck,
-    /// Mean bottleneck bandwidth: weft > baseline (n/a as above).
+    /// Mean bottleneck bandwidth: as p10.
     MeanBottleneck,
-    /// Stranded GPUs: weft < baseline, or both 0.
+    /// Stranded GPUs: weft < baseline; equal is a tie.
     Stranded,
 }
 
@@ -370,7 +426,9 @@ impl Measure {
 pub enum Outcome {
     /// weft is ahead as the rule asks.
     Win,
-    /// weft is not.
+    /// weft equals the baseline on a measure where the rule asks for strictly better.
+    Tie,
+    /// weft is behind.
     Lose,
     /// The rule does not apply (nothing to compare).
     NotApplicable,
@@ -378,29 +436,46 @@ pub enum Outcome {
 
 /// The verdict rule for one measure on one seed, `offered_eight`: 8-GPU pods the stream offers.
 ///
-/// - placed and 8-GPU placed: weft ≥ baseline (equal is a win: "at least as many"); 8-GPU placed
-///   does not apply when the stream offers no 8-GPU pod;
-/// - p10 and mean bottleneck bandwidth: weft strictly higher; equal is a loss; the rule does not
+/// - placed and 8-GPU placed: weft ≥ baseline wins (equal too: the rule is "at least as many"),
+///   fewer loses; 8-GPU placed does not apply when the stream offers no 8-GPU pod;
+/// - p10 and mean bottleneck bandwidth: higher wins, equal ties, lower loses; the rule does not
 ///   apply when weft or the baseline placed no multi-GPU pod (an all-1-GPU stream);
-/// - stranded GPUs: weft strictly fewer, or both none (nothing is fewer than none).
+/// - stranded GPUs: fewer wins, equal ties (both 0 included), more loses.
+///
+/// Values are compared exactly: each is computed the same way from the same stream, and a p10 is
+/// one pod's value, so equal means equal.
 pub fn judge(measure: Measure, weft: &Metrics, baseline: &Metrics, offered_eight: usize) -> Outcome {
-    let win = |w: bool| if w { Outcome::Win } else { Outcome::Lose };
+    let at_least = |w: f64, b: f64| if w >= b { Outcome::Win } else { Outcome::Lose };
+    let higher = |w: f64, b: f64| match w.partial_cmp(&b) {
+        Some(std::cmp::Ordering::Greater) => Outcome::Win,
+        Some(std::cmp::Ordering::Equal) => Outcome::Tie,
+        _ => Outcome::Lose,
+    };
     match measure {
-        Measure::Placed => win(weft.placed >= baseline.placed),
+        Measure::Placed => at_least(weft.placed, baseline.placed),
         Measure::EightGpuPlaced if offered_eight == 0 => Outcome::NotApplicable,
-        Measure::EightGpuPlaced => win(weft.eight_gpu_placed >= baseline.eight_gpu_placed),
+        Measure::EightGpuPlaced => at_least(weft.eight_gpu_placed, baseline.eight_gpu_placed),
         Measure::P10Bottleneck | Measure::MeanBottleneck
             if weft.multi_gpu_placed == 0.0 || baseline.multi_gpu_placed == 0.0 =>
         {
             Outcome::NotApplicable
         }
-        Measure::P10Bottleneck => win(weft.p10_bottleneck_gbps > baseline.p10_bottleneck_gbps),
-        Measure::MeanBottleneck => win(weft.mean_bottleneck_gbps > baseline.mean_bottleneck_gbps),
-        Measure::Stranded => {
-            win(weft.stranded_gpus < baseline.stranded_gpus
-                || (weft.stranded_gpus == 0.0 && baseline.stranded_gpus == 0.0))
-        }
+        Measure::P10Bottleneck => higher(weft.p10_bottleneck_gbps, baseline.p10_bottleneck_gbps),
+        Measure::MeanBottleneck => higher(weft.mean_bottleneck_gbps, baseline.mean_bottleneck_gbps),
+        Measure::Stranded => higher(-weft.stranded_gpus, -baseline.stranded_gpus),
     }
+}
+
+/// A cell's verdict over all its checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CellVerdict {
+    /// No check lost or tied.
+    Wins,
+    /// No check lost, some tied.
+    Ties,
+    /// Some check lost.
+    Loses,
 }
 
 /// One policy over a cell's seeds.
@@ -426,11 +501,15 @@ pub struct Check {
     pub baseline: String,
     /// The measure.
     pub measure: Measure,
-    /// Win when every seed wins or does not apply and one applies; n/a when none applies; else lose.
+    /// Lose when some seed loses; else tie when some seed ties; else win when some seed wins; n/a
+    /// when the rule applies on no seed.
     pub outcome: Outcome,
     /// Seeds on which weft lost this check.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lost_seeds: Vec<u64>,
+    /// Seeds on which weft tied.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tied_seeds: Vec<u64>,
 }
 
 /// One cell's result.
@@ -455,8 +534,10 @@ pub struct CellReport {
     pub policies: Vec<PolicyOverSeeds>,
     /// weft against each baseline, per measure.
     pub checks: Vec<Check>,
-    /// No check lost.
-    pub wins: bool,
+    /// The verdict.
+    pub verdict: CellVerdict,
+    /// The cell's gate failed.
+    pub gate_failed: bool,
 }
 
 /// The whole matrix.
@@ -469,8 +550,10 @@ pub struct MatrixReport {
     pub cells: Vec<CellReport>,
     /// Cells where weft lost a check.
     pub losing: Vec<String>,
-    /// Of those, cells marked `gate: true` (the command fails when there is one).
-    pub gated_losing: Vec<String>,
+    /// Cells where weft tied some check and lost none.
+    pub tying: Vec<String>,
+    /// Cells whose gate failed (the command fails when there is one).
+    pub gate_failed: Vec<String>,
 }
 
 /// What to run.
@@ -536,9 +619,11 @@ pub fn run_matrix(spec: &MatrixSpec, opts: &MatrixOptions) -> Result<MatrixRepor
     for ((cell, cluster), runs) in cells.iter().zip(&clusters).zip(per_cell) {
         reports.push(cell_report(spec, cell, cluster, &runs));
     }
-    let losing: Vec<String> = reports.iter().filter(|r| !r.wins).map(|r| r.name.clone()).collect();
-    let gated_losing = reports.iter().filter(|r| !r.wins && r.spec.gate).map(|r| r.name.clone()).collect();
-    Ok(MatrixReport { bandwidth_measure: BANDWIDTH_MEASURE.to_string(), cells: reports, losing, gated_losing })
+    let named = |f: &dyn Fn(&CellReport) -> bool| reports.iter().filter(|r| f(r)).map(|r| r.name.clone()).collect();
+    let losing = named(&|r| r.verdict == CellVerdict::Loses);
+    let tying = named(&|r| r.verdict == CellVerdict::Ties);
+    let gate_failed = named(&|r| r.gate_failed);
+    Ok(MatrixReport { bandwidth_measure: BANDWIDTH_MEASURE.to_string(), cells: reports, losing, tying, gate_failed })
 }
 
 /// One seed of a cell: its stream's pods per size and each policy's metrics (in
@@ -580,26 +665,34 @@ fn cell_report(spec: &MatrixSpec, cell: &CellSpec, cluster: &Cluster, runs: &[Se
     let mut checks = Vec::new();
     for (b, baseline) in PlacementPolicy::ALL.iter().enumerate().skip(1) {
         for measure in Measure::ALL {
-            let mut lost_seeds = Vec::new();
-            let mut applies = false;
+            let (mut lost_seeds, mut tied_seeds, mut applies) = (Vec::new(), Vec::new(), false);
             for SeedRun { seed, by_size, metrics: m } in runs {
                 match judge(measure, &m[0], &m[b], by_size.get(&8).copied().unwrap_or(0)) {
                     Outcome::Win => applies = true,
+                    Outcome::Tie => tied_seeds.push(*seed),
                     Outcome::Lose => lost_seeds.push(*seed),
                     Outcome::NotApplicable => {}
                 }
             }
             let outcome = if !lost_seeds.is_empty() {
                 Outcome::Lose
+            } else if !tied_seeds.is_empty() {
+                Outcome::Tie
             } else if applies {
                 Outcome::Win
             } else {
                 Outcome::NotApplicable
             };
-            checks.push(Check { baseline: baseline.name().to_string(), measure, outcome, lost_seeds });
+            checks.push(Check { baseline: baseline.name().to_string(), measure, outcome, lost_seeds, tied_seeds });
         }
     }
-    let wins = checks.iter().all(|c| c.outcome != Outcome::Lose);
+    let verdict = if checks.iter().any(|c| c.outcome == Outcome::Lose) {
+        CellVerdict::Loses
+    } else if checks.iter().any(|c| c.outcome == Outcome::Tie) {
+        CellVerdict::Ties
+    } else {
+        CellVerdict::Wins
+    };
     CellReport {
         name: cell.name.clone(),
         spec: cell.clone(),
@@ -610,7 +703,8 @@ fn cell_report(spec: &MatrixSpec, cell: &CellSpec, cluster: &Cluster, runs: &[Se
         by_size: runs.first().map(|r| r.by_size.clone()).unwrap_or_default(),
         policies,
         checks,
-        wins,
+        verdict,
+        gate_failed: cell.gate.fails(verdict),
     }
 }
 
@@ -662,21 +756,31 @@ mod tests {
     }
 
     #[test]
-    fn counts_tie_wins_bandwidth_tie_loses_stranded_tie_wins_only_at_zero() {
+    fn equal_counts_win_equal_bandwidth_and_stranded_tie() {
         let w = m(10.0, 2.0, 5.0, 50.0, 100.0, 1.0);
         assert_eq!(judge(Measure::Placed, &w, &w, 1), Outcome::Win);
         assert_eq!(judge(Measure::EightGpuPlaced, &w, &w, 1), Outcome::Win);
-        assert_eq!(judge(Measure::P10Bottleneck, &w, &w, 1), Outcome::Lose);
-        assert_eq!(judge(Measure::MeanBottleneck, &w, &w, 1), Outcome::Lose);
-        assert_eq!(judge(Measure::Stranded, &w, &w, 1), Outcome::Lose);
+        assert_eq!(judge(Measure::P10Bottleneck, &w, &w, 1), Outcome::Tie);
+        assert_eq!(judge(Measure::MeanBottleneck, &w, &w, 1), Outcome::Tie);
+        assert_eq!(judge(Measure::Stranded, &w, &w, 1), Outcome::Tie);
         let z = m(10.0, 2.0, 5.0, 50.0, 100.0, 0.0);
-        assert_eq!(judge(Measure::Stranded, &z, &z, 1), Outcome::Win);
+        assert_eq!(judge(Measure::Stranded, &z, &z, 1), Outcome::Tie);
         let b = m(11.0, 3.0, 5.0, 49.0, 99.0, 2.0);
         assert_eq!(judge(Measure::Placed, &w, &b, 1), Outcome::Lose);
         assert_eq!(judge(Measure::EightGpuPlaced, &w, &b, 1), Outcome::Lose);
         assert_eq!(judge(Measure::P10Bottleneck, &w, &b, 1), Outcome::Win);
         assert_eq!(judge(Measure::MeanBottleneck, &w, &b, 1), Outcome::Win);
         assert_eq!(judge(Measure::Stranded, &w, &b, 1), Outcome::Win);
+        assert_eq!(judge(Measure::P10Bottleneck, &b, &w, 1), Outcome::Lose);
+        assert_eq!(judge(Measure::Stranded, &b, &w, 1), Outcome::Lose);
+    }
+
+    #[test]
+    fn a_gate_fails_on_losses_or_when_strict_on_ties_too() {
+        use CellVerdict::*;
+        assert_eq!([Wins, Ties, Loses].map(|v| Gate::Off.fails(v)), [false, false, false]);
+        assert_eq!([Wins, Ties, Loses].map(|v| Gate::Losses.fails(v)), [false, false, true]);
+        assert_eq!([Wins, Ties, Loses].map(|v| Gate::Strict.fails(v)), [false, true, true]);
     }
 
     #[test]

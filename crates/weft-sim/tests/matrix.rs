@@ -3,7 +3,9 @@
 use std::path::PathBuf;
 
 use weft_alloc::ScoreConfig;
-use weft_sim::matrix::{MatrixOptions, Measure, Outcome, cell_generator, parse_matrix, read_matrix, run_matrix};
+use weft_sim::matrix::{
+    CellVerdict, MatrixOptions, Measure, Outcome, cell_generator, parse_matrix, read_matrix, run_matrix,
+};
 use weft_sim::{Generate, SimError};
 
 fn shipped() -> PathBuf {
@@ -84,6 +86,9 @@ fn bad_values_name_the_cell_and_the_field() {
     );
     let e = error(&file_topology);
     assert!(e.contains("clusters.mine.nodeTypes[0] ('x').topology: './x.txt' is not a built-in"), "{e}");
+    let gate = format!("{HEAD}cells:\n  - {{name: a, cluster: {{mix: default}}, stream: {{pods: 10}}, gate: maybe}}\n");
+    let e = error(&gate);
+    assert!(e.contains("cells[0] ('a')") && e.contains("gate: 'maybe' is not true, false or strict"), "{e}");
     let wrong_kind = "apiVersion: weft.io/v1alpha1\nkind: SimCluster\ncells: []\n";
     assert!(error(wrong_kind).contains("expected apiVersion weft.io/v1alpha1 kind SimMatrix"), "{}", error(wrong_kind));
 }
@@ -111,20 +116,20 @@ fn a_size_mix_keeps_the_streams_target_load() {
 }
 
 /// On a cluster of one NVSwitch type every 2-GPU set is as good as any other, so weft cannot be
-/// higher on bandwidth: the rule counts the tie as a loss, on every seed.
+/// higher on bandwidth: every seed ties. A strict gate fails on that, a plain one does not.
 #[test]
-fn a_run_covers_every_seed_and_policy_and_names_the_losing_gated_cells() {
+fn a_run_covers_every_seed_and_policy_and_names_the_cells_whose_gate_failed() {
     let text = format!(
         "{HEAD}clusters:\n  h100:\n    nodeTypes: [{{name: h, topology: builtin:hgx-h100, count: 4}}]\ncells:\n  \
-         - {{name: tie, cluster: {{mix: h100}}, stream: {{pods: 60, seeds: 3, sizes: {{2: 1}}}}, small: true, gate: true}}\n  \
-         - {{name: ungated, cluster: {{mix: h100}}, stream: {{pods: 60, sizes: {{2: 1}}}}, small: true}}\n  \
+         - {{name: tie, cluster: {{mix: h100}}, stream: {{pods: 60, seeds: 3, sizes: {{2: 1}}}}, small: true, gate: strict}}\n  \
+         - {{name: gated, cluster: {{mix: h100}}, stream: {{pods: 60, sizes: {{2: 1}}}}, small: true, gate: true}}\n  \
          - {{name: big, cluster: {{mix: h100, nodes: 8}}, stream: {{pods: 60, sizes: {{1: 1}}}}}}\n"
     );
     let m = parse_matrix(&text, "m").unwrap();
     let opts = |small_only| MatrixOptions { small_only, threads: 2, score_config: ScoreConfig::default() };
     let r = run_matrix(&m, &opts(true)).unwrap();
     let names: Vec<&str> = r.cells.iter().map(|c| c.name.as_str()).collect();
-    assert_eq!(names, ["tie", "ungated"], "--small-only leaves 'big' out");
+    assert_eq!(names, ["tie", "gated"], "--small-only leaves 'big' out");
     let tie = &r.cells[0];
     assert_eq!(tie.policies.len(), 3);
     for p in &tie.policies {
@@ -132,10 +137,12 @@ fn a_run_covers_every_seed_and_policy_and_names_the_losing_gated_cells() {
         assert!(p.seeds.iter().all(|s| s.multi_gpu_placed > 0.0), "{}", p.policy);
     }
     let p10 = tie.checks.iter().find(|c| c.measure == Measure::P10Bottleneck && c.baseline == "blind").unwrap();
-    assert_eq!((p10.outcome, p10.lost_seeds.clone()), (Outcome::Lose, vec![1, 2, 3]));
-    assert!(!tie.wins);
-    assert_eq!(r.losing, ["tie", "ungated"]);
-    assert_eq!(r.gated_losing, ["tie"]);
+    assert_eq!((p10.outcome, p10.tied_seeds.clone()), (Outcome::Tie, vec![1, 2, 3]));
+    assert!(p10.lost_seeds.is_empty());
+    assert_eq!(tie.verdict, CellVerdict::Ties);
+    assert_eq!(r.tying, ["tie", "gated"]);
+    assert!(r.losing.is_empty());
+    assert_eq!(r.gate_failed, ["tie"], "a strict gate fails on a tie, `gate: true` only on a loss");
     // Without --small-only every cell runs; an all-1-GPU stream has no bandwidth to compare.
     let r = run_matrix(&m, &opts(false)).unwrap();
     let big = r.cells.iter().find(|c| c.name == "big").unwrap();

@@ -4,12 +4,15 @@ use std::path::Path;
 
 use anyhow::Context;
 use weft_alloc::ScoreConfig;
-use weft_sim::matrix::{CellReport, MatrixOptions, MatrixReport, Measure, Metrics, Outcome, read_matrix, run_matrix};
+use weft_sim::matrix::{
+    CellReport, CellVerdict, Check, Gate, MatrixOptions, MatrixReport, Measure, Metrics, Outcome, read_matrix,
+    run_matrix,
+};
 
 use crate::output::{Output, print_json, table};
 
-/// Run the matrix and print it. Ends the process with exit status 1 (after printing) when a cell
-/// marked `gate: true` loses.
+/// Run the matrix and print it. Ends the process with exit status 1 (after printing) when a cell's
+/// gate fails (`gate: true`: weft lost there; `gate: strict`: lost or tied).
 pub fn run(file: &Path, small_only: bool, score_config: ScoreConfig, output: Output) -> anyhow::Result<()> {
     let spec = read_matrix(file).with_context(|| format!("reading matrix {}", file.display()))?;
     let report = run_matrix(&spec, &MatrixOptions { small_only, threads: 0, score_config })?;
@@ -17,10 +20,10 @@ pub fn run(file: &Path, small_only: bool, score_config: ScoreConfig, output: Out
         Output::Json => print_json(&report)?,
         Output::Table => print_matrix(&report)?,
     }
-    if !report.gated_losing.is_empty() {
+    if !report.gate_failed.is_empty() {
         crate::component::note(format_args!(
-            "error: weft loses on gated cells: {} (see each cell's verdict)",
-            report.gated_losing.join(", ")
+            "error: the gate fails on cells: {} (see each cell's verdict)",
+            report.gate_failed.join(", ")
         ));
         std::process::exit(1);
     }
@@ -38,33 +41,53 @@ fn print_matrix(r: &MatrixReport) -> anyhow::Result<()> {
     outln!("bottleneck GB/s: {}; p10 and mean over pods.", r.bandwidth_measure)?;
     outln!("pair GB/s: the mean over the set's GPU pairs instead, which hides a slow hop. stranded: free GPUs")?;
     outln!("whose NVLink peers are all busy, averaged over arrivals. Several seeds: mean (worst seed).")?;
-    outln!("verdict, against each baseline on every seed: placed and 8-GPU placed ≥; p10 and mean bottleneck >")?;
-    outln!("(n/a without multi-GPU pods); stranded < (or both 0).")?;
+    outln!("verdict, against each baseline on every seed: placed and 8-GPU placed ≥; p10 and mean bottleneck")?;
+    outln!("higher (n/a without multi-GPU pods), stranded fewer: equal there is a tie, not a win.")?;
     outln!()?;
-    let gated = |n: &String| if r.gated_losing.contains(n) { format!("{n} (gated)") } else { n.clone() };
-    if r.losing.is_empty() {
-        outln!("matrix: weft wins on all {} cells", r.cells.len())?;
-    } else {
-        outln!(
-            "matrix: weft loses on {} of {} cells: {}",
-            r.losing.len(),
-            r.cells.len(),
-            r.losing.iter().map(gated).collect::<Vec<_>>().join(", ")
-        )?;
+    let failed = |n: &String| if r.gate_failed.contains(n) { format!("{n} (gate failed)") } else { n.clone() };
+    let list = |names: &[String]| names.iter().map(failed).collect::<Vec<_>>().join(", ");
+    let wins = r.cells.len() - r.losing.len() - r.tying.len();
+    outln!("matrix: {} cells; weft wins {wins}, ties {}, loses {}", r.cells.len(), r.tying.len(), r.losing.len())?;
+    if !r.losing.is_empty() {
+        outln!("loses: {}", list(&r.losing))?;
+    }
+    if !r.tying.is_empty() {
+        outln!("ties:  {}", list(&r.tying))?;
     }
     Ok(())
+}
+
+/// `p10 bottleneck not > blind on seeds 1,3`, or `= blind` for a tie (seeds only when the cell has
+/// several).
+fn describe(k: &Check, seeds: &[u64], several: bool, tie: bool) -> String {
+    let rule = match (k.measure, tie) {
+        (Measure::Placed | Measure::EightGpuPlaced, _) => "not ≥",
+        (_, true) => "=",
+        (Measure::Stranded, _) => "not <",
+        _ => "not >",
+    };
+    let on = if several {
+        format!(" on seeds {}", seeds.iter().map(u64::to_string).collect::<Vec<_>>().join(","))
+    } else {
+        String::new()
+    };
+    format!("{} {rule} {}{on}", k.measure.name(), k.baseline)
 }
 
 fn print_cell(c: &CellReport) -> anyhow::Result<()> {
     let s = &c.spec.stream;
     let seeds = if s.seeds == 1 { "seed 1".to_string() } else { format!("seeds 1-{}", s.seeds) };
     let sizes: Vec<String> = c.by_size.iter().map(|(k, v)| format!("{v}× {k}-GPU")).collect();
-    let flags = match (c.spec.small, c.spec.gate) {
-        (true, true) => " [small, gate]",
-        (true, false) => " [small]",
-        (false, true) => " [gate]",
-        (false, false) => "",
-    };
+    let mut flags = Vec::new();
+    if c.spec.small {
+        flags.push("small");
+    }
+    match c.spec.gate {
+        Gate::Off => {}
+        Gate::Losses => flags.push("gate"),
+        Gate::Strict => flags.push("strict gate"),
+    }
+    let flags = if flags.is_empty() { String::new() } else { format!(" [{}]", flags.join(", ")) };
     outln!("cell {}{flags}", c.name)?;
     let mix = if c.mix_description.is_empty() { String::new() } else { format!(": {}", c.mix_description) };
     outln!("  cluster: {} nodes, {} GPUs, {} VFs, mix {}{mix}", c.nodes, c.gpus, c.vfs, c.spec.cluster.mix)?;
@@ -105,24 +128,21 @@ fn print_cell(c: &CellReport) -> anyhow::Result<()> {
         .checks
         .iter()
         .filter(|k| k.outcome == Outcome::Lose)
-        .map(|k| {
-            let rule = match k.measure {
-                Measure::Placed | Measure::EightGpuPlaced => "not ≥",
-                Measure::P10Bottleneck | Measure::MeanBottleneck => "not >",
-                Measure::Stranded => "not <",
-            };
-            let on = if several {
-                format!(" on seeds {}", k.lost_seeds.iter().map(u64::to_string).collect::<Vec<_>>().join(","))
-            } else {
-                String::new()
-            };
-            format!("{} {rule} {}{on}", k.measure.name(), k.baseline)
-        })
+        .map(|k| describe(k, &k.lost_seeds, several, false))
         .collect();
-    if lost.is_empty() {
-        outln!("  verdict: weft wins")?;
-    } else {
-        outln!("  verdict: weft LOSES: {}", lost.join("; "))?;
-    }
+    let tied: Vec<String> = c
+        .checks
+        .iter()
+        .filter(|k| !k.tied_seeds.is_empty())
+        .map(|k| describe(k, &k.tied_seeds, several, true))
+        .collect();
+    let failed = if c.gate_failed { " (gate failed)" } else { "" };
+    let verdict = match c.verdict {
+        CellVerdict::Wins => "weft wins".to_string(),
+        CellVerdict::Ties => format!("weft ties{failed}: {}", tied.join("; ")),
+        CellVerdict::Loses if tied.is_empty() => format!("weft LOSES{failed}: {}", lost.join("; ")),
+        CellVerdict::Loses => format!("weft LOSES{failed}: {}; ties: {}", lost.join("; "), tied.join("; ")),
+    };
+    outln!("  verdict for {}: {verdict}", c.name)?;
     Ok(())
 }

@@ -7,8 +7,8 @@ fn weft(args: &[&str]) -> Output {
 }
 
 /// One NVSwitch node type: every 2-GPU set is as good as any other, so weft cannot be higher on
-/// bandwidth than a baseline and the cell loses by the rule, whatever the policy does.
-fn tie_matrix(dir: &tempfile::TempDir, gate: bool) -> String {
+/// bandwidth than a baseline: the cell ties by the rule, whatever the policies do.
+fn tie_matrix(dir: &tempfile::TempDir, gate: &str) -> String {
     let path = dir.path().join("m.yaml");
     let text = format!(
         "apiVersion: weft.io/v1alpha1\nkind: SimMatrix\nclusters:\n  h100:\n    description: one NVSwitch type\n    \
@@ -21,15 +21,18 @@ fn tie_matrix(dir: &tempfile::TempDir, gate: bool) -> String {
 }
 
 #[test]
-fn a_gated_losing_cell_fails_the_command_and_is_named() {
+fn a_cell_whose_gate_fails_fails_the_command_and_is_named() {
     let dir = tempfile::tempdir().unwrap();
-    let m = tie_matrix(&dir, true);
+    let m = tie_matrix(&dir, "strict");
     let out = weft(&["simulate", "--matrix", &m, "--small-only"]);
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.status.code(), Some(1), "stdout {stdout}\nstderr {stderr}");
-    assert!(stderr.contains("weft loses on gated cells: tie"), "{stderr}");
-    assert!(stdout.contains("cell tie [small, gate]"), "{stdout}");
-    assert!(stdout.contains("verdict: weft LOSES: p10 bottleneck not > blind on seeds 1,2"), "{stdout}");
+    assert!(stderr.contains("the gate fails on cells: tie"), "{stderr}");
+    assert!(stdout.contains("cell tie [small, strict gate]"), "{stdout}");
+    assert!(
+        stdout.contains("verdict for tie: weft ties (gate failed): p10 bottleneck = blind on seeds 1,2"),
+        "{stdout}"
+    );
     assert!(!stdout.contains("not-small"), "--small-only runs the small cells only: {stdout}");
     for column in ["p10 bottleneck GB/s", "mean bottleneck GB/s", "mean pair GB/s", "8-GPU placed", "stranded GPUs"] {
         assert!(stdout.contains(column), "{column}: {stdout}");
@@ -37,14 +40,16 @@ fn a_gated_losing_cell_fails_the_command_and_is_named() {
 }
 
 #[test]
-fn an_ungated_losing_cell_is_reported_but_does_not_fail() {
+fn a_tie_under_a_plain_gate_is_reported_but_does_not_fail() {
     let dir = tempfile::tempdir().unwrap();
-    let m = tie_matrix(&dir, false);
+    let m = tie_matrix(&dir, "true");
     let out = weft(&["simulate", "--matrix", &m, "-o", "json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
-    assert_eq!(v["losing"], serde_json::json!(["tie", "not-small"]));
-    assert_eq!(v["gatedLosing"], serde_json::json!([]));
+    assert_eq!(v["tying"], serde_json::json!(["tie", "not-small"]));
+    assert_eq!(v["losing"], serde_json::json!([]));
+    assert_eq!(v["gateFailed"], serde_json::json!([]));
+    assert_eq!(v["cells"][0]["verdict"], "ties");
     let tie = &v["cells"][0];
     assert_eq!(tie["name"], "tie");
     assert_eq!(tie["policies"][0]["seeds"].as_array().unwrap().len(), 2);
