@@ -5,7 +5,9 @@
 //! VFs of some physnets; it fits a node with enough free GPUs and, per physnet, enough free VFs.
 //!
 //! Policies:
-//! - `weft`: every node that fits is scored with [`weft_alloc::score_node`] (link quality of the
+//! - `weft`: a pod that asks no VFs goes first to the nodes with no VF free that VF pods of the
+//!   stream could use ([`spares_vfs`]), and only when none of them can take it to the others. Among
+//!   those, every node that fits is scored with [`weft_alloc::score_node`] (link quality of the
 //!   best-effort set plus the quality of what it leaves); the best node wins (ties: the node with fewer
 //!   free GPUs, to keep whole nodes free for large pods; then the lower node number), and the pod gets
 //!   the scored set. A pod that asks for VFs gets its GPUs and VFs from
@@ -387,11 +389,21 @@ fn weft_fit(
     Some((joint_score(fit.score, &choice), held))
 }
 
+/// The first key of weft's node ranking: 1 when a pod that asks no VFs would take GPUs of a node
+/// that still has VFs free (`free_vfs`: its free VFs of the physnets the stream asks for), else 0.
+/// Such a pod goes to a node whose VFs are all taken, or that has none, when one can take it, and
+/// only then to one of the nodes VF pods can use: GPUs beside free VFs are what VF pods are short
+/// of (measured in docs/simulate.md, "GPUs and VFs packed together"). Within a class the score and
+/// the fit decide as before.
+fn spares_vfs(kinds: &Kinds, kind: usize, free_vfs: u128) -> u8 {
+    u8::from(!kinds.asks_vfs(kind) && free_vfs != 0)
+}
+
 /// weft's node choice without scanning every node. Nodes of one type with the same free GPUs and
 /// VFs score alike for every kind of pod, so they form one group, scored once when the group
 /// appears; per kind, a ranking holds each group that can take it under the key of the scan it
-/// replaces (score descending, free GPUs ascending, lowest node), and its first entry is the scan's
-/// answer.
+/// replaces ([`spares_vfs`] ascending, score descending, free GPUs ascending, lowest node), and its
+/// first entry is the scan's answer.
 ///
 /// A group appears again and again as nodes fill and empty; the fits of kinds asking VFs (a
 /// `decide` each) are kept in a cache of their own, as [`ScoreCache`] keeps the GPU scores.
@@ -402,7 +414,9 @@ struct WeftIndex<'c> {
     positions: VfPositions<'c>,
     joint: FxHashMap<(usize, Free, usize), Option<(u8, Free)>>,
     groups: FxHashMap<(usize, Free), Group>,
-    ranking: Vec<BTreeSet<(Reverse<u8>, u32, usize)>>,
+    ranking: Vec<BTreeSet<(u8, Reverse<u8>, u32, usize)>>,
+    /// Per node type: its VFs of every physnet the stream asks for.
+    vf_union: Vec<u128>,
 }
 
 /// Most joint fits [`WeftIndex`] keeps (about 80 bytes each); it starts over when full.
@@ -412,6 +426,7 @@ const JOINT_CACHE_ENTRIES: usize = 1 << 20;
 struct Group {
     nodes: BTreeSet<usize>,
     fits: Vec<Option<(u8, Free)>>,
+    classes: Vec<u8>,
 }
 
 impl<'c> WeftIndex<'c> {
@@ -425,6 +440,7 @@ impl<'c> WeftIndex<'c> {
             joint: FxHashMap::default(),
             groups: FxHashMap::default(),
             ranking,
+            vf_union: kinds.masks.iter().map(|m| m.iter().fold(0, |a, b| a | b)).collect(),
         };
         for (n, &free) in state.free.iter().enumerate() {
             index.join(kinds, n, free);
@@ -445,11 +461,12 @@ impl<'c> WeftIndex<'c> {
         let free = key.1.gpus.count_ones();
         for (k, fit) in group.fits.iter().enumerate() {
             let Some((score, _)) = *fit else { continue };
+            let class = group.classes[k];
             if let Some(b) = before {
-                self.ranking[k].remove(&(Reverse(score), free, b));
+                self.ranking[k].remove(&(class, Reverse(score), free, b));
             }
             if let Some(a) = after {
-                self.ranking[k].insert((Reverse(score), free, a));
+                self.ranking[k].insert((class, Reverse(score), free, a));
             }
         }
     }
@@ -458,13 +475,19 @@ impl<'c> WeftIndex<'c> {
         let key = self.key(node, free);
         if !self.groups.contains_key(&key) {
             let fits = (0..kinds.list.len()).map(|k| self.fit(kinds, k, key.0, free)).collect();
-            self.groups.insert(key, Group { nodes: BTreeSet::new(), fits });
+            let classes = (0..kinds.list.len()).map(|k| self.class(kinds, k, key.0, free)).collect();
+            self.groups.insert(key, Group { nodes: BTreeSet::new(), fits, classes });
         }
         let Some(group) = self.groups.get_mut(&key) else { return };
         let before = group.nodes.first().copied();
         group.nodes.insert(node);
         let after = group.nodes.first().copied();
         self.rerank(key, before, after);
+    }
+
+    /// [`spares_vfs`] for a group of nodes of type `t` with `free` free.
+    fn class(&self, kinds: &Kinds, kind: usize, t: usize, free: Free) -> u8 {
+        spares_vfs(kinds, kind, free.vfs & self.vf_union[t])
     }
 
     /// [`weft_fit`], through the joint cache for kinds asking VFs.
@@ -496,7 +519,7 @@ impl<'c> WeftIndex<'c> {
     }
 
     fn choose(&self, state: &State<'_>, kind: usize) -> Option<Placement> {
-        let &(_, _, node) = self.ranking[kind].first()?;
+        let &(_, _, _, node) = self.ranking[kind].first()?;
         let group = self.groups.get(&self.key(node, state.free[node]))?;
         let (_, held) = group.fits[kind]?;
         Some((node, held))
@@ -697,7 +720,7 @@ fn scan(
     };
     Ok(match policy {
         PlacementPolicy::Weft => {
-            let mut best: Option<(u8, u32, usize, Free)> = None;
+            let mut best: Option<((u8, Reverse<u8>, u32), usize, Free)> = None;
             for n in 0..cluster.nodes.len() {
                 if !fits(n) {
                     continue;
@@ -707,12 +730,14 @@ fn scan(
                 else {
                     continue;
                 };
-                let fc = state.free[n].gpus.count_ones();
-                if best.as_ref().is_none_or(|(s, f, _, _)| score > *s || (score == *s && fc < *f)) {
-                    best = Some((score, fc, n, held));
+                let stream_vfs = kinds.masks[type_of(n)].iter().fold(0, |a, b| a | b);
+                let class = spares_vfs(kinds, kind, state.free[n].vfs & stream_vfs);
+                let key = (class, Reverse(score), state.free[n].gpus.count_ones());
+                if best.as_ref().is_none_or(|(k, _, _)| key < *k) {
+                    best = Some((key, n, held));
                 }
             }
-            best.map(|(_, _, n, held)| (n, held))
+            best.map(|(_, n, held)| (n, held))
         }
         PlacementPolicy::Blind => {
             let fitting: Vec<usize> = (0..cluster.nodes.len()).filter(|&n| fits(n)).collect();
@@ -967,6 +992,33 @@ mod tests {
             p.vfs = vec![("fabric".into(), vfs)];
         }
         p
+    }
+
+    /// A pod without VFs takes the node without VFs although the VF node scores higher (NVSwitch
+    /// against PCIe), so the VF pod after it still finds GPUs beside free VFs; with the VF node's
+    /// VFs all taken, it ranks by score again.
+    #[test]
+    fn a_pod_without_vfs_leaves_the_gpus_beside_free_vfs_to_the_pods_that_need_them() {
+        let c = build(vec![NodeTypeSpec::builtin("hgx-h100", 1), with_vfs("pcie-8gpu", 1, 0)]);
+        let h100 = c.nodes.iter().position(|n| c.types[n.node_type].name == "hgx-h100").unwrap();
+        let pods = [pod("gpu-only", 8, 0, 0.0, 100.0), pod("with-vf", 8, 1, 1.0, 100.0)];
+        let cfg = ScoreConfig::default();
+        for scan_only in [false, true] {
+            let (decisions, report) = trace(&c, &pods, PlacementPolicy::Weft, &cfg, 1, scan_only);
+            assert_eq!(report.placed, 2, "scan {scan_only}: {decisions:?}");
+            assert_ne!(decisions[0].unwrap().0, h100, "the pod without VFs went to the VF node");
+            assert_eq!(decisions[1].unwrap().0, h100);
+        }
+        // Once a VF pod holds every VF of the H100 (8, one per NIC), a pod without VFs ranks the
+        // nodes by their score again and takes an NVSwitch pair over a PCIe one.
+        let c = build(vec![with_vfs("hgx-h100", 1, 1), with_vfs("pcie-8gpu", 1, 0)]);
+        let h100 = c.nodes.iter().position(|n| c.types[n.node_type].name == "hgx-h100").unwrap();
+        let pods = [pod("all-vfs", 1, 8, 0.0, 100.0), pod("pair", 2, 0, 1.0, 100.0)];
+        for scan_only in [false, true] {
+            let (decisions, _) = trace(&c, &pods, PlacementPolicy::Weft, &cfg, 1, scan_only);
+            assert_eq!(decisions[0].unwrap().0, h100);
+            assert_eq!(decisions[1].unwrap().0, h100, "scan {scan_only}: {decisions:?}");
+        }
     }
 
     proptest! {
