@@ -19,7 +19,7 @@ use weft_topology::NodeTopology;
 
 pub use besteffort::{BestEffortOptions, Solution, TopPruning};
 pub use error::AllocError;
-pub use score::{NodeFit, ScoreCache, ScoreConfig, score_node, stranded_gpus};
+pub use score::{NodeFit, ScoreCache, ScoreConfig, SetQuality, score_node, stranded_gpus};
 pub use static_policy::StaticTable;
 
 /// Most GPUs one node (or one NVLink domain modelled as a node) may have: GPU sets are `u128` masks.
@@ -30,6 +30,8 @@ pub const MAX_GPUS: usize = 128;
 pub struct PreparedNode {
     n: usize,
     scores: Vec<u32>,
+    /// Row-major `n × n` pair bandwidths, GB/s per direction (the rates of the bottleneck ring).
+    bandwidths: Vec<f64>,
     nvlink_peers: Vec<u128>,
     fingerprint: u64,
 }
@@ -50,22 +52,25 @@ impl PreparedNode {
                 }
             }
         }
-        Ok(PreparedNode::assemble(n, scores, nvlink_peers))
+        let bandwidths = (0..n * n).map(|i| node.pair_bandwidth_gbps(i / n, i % n)).collect();
+        Ok(PreparedNode::assemble(n, scores, bandwidths, nvlink_peers))
     }
 
-    fn assemble(n: usize, scores: Vec<u32>, nvlink_peers: Vec<u128>) -> PreparedNode {
-        // FxHash over the GPU count, the score matrix and the NVLink masks (slices hash their
-        // length too).
+    fn assemble(n: usize, scores: Vec<u32>, bandwidths: Vec<f64>, nvlink_peers: Vec<u128>) -> PreparedNode {
+        // FxHash over the GPU count, the score and bandwidth matrices and the NVLink masks (slices
+        // hash their length too).
         let mut h = FxHasher::default();
         n.hash(&mut h);
         scores.hash(&mut h);
+        bandwidths.iter().for_each(|b| b.to_bits().hash(&mut h));
         nvlink_peers.hash(&mut h);
         let h = h.finish();
-        PreparedNode { n, scores, nvlink_peers, fingerprint: h }
+        PreparedNode { n, scores, bandwidths, nvlink_peers, fingerprint: h }
     }
 
     /// Prepare from a raw symmetric score matrix (row-major `n × n`, zero diagonal), for tests and
-    /// benchmarks. NVLink peers are the pairs scoring ≥ 100.
+    /// benchmarks. NVLink peers are the pairs scoring ≥ 100; a pair's score stands in for its
+    /// bandwidth (GB/s), which keeps the rings' order the scores' order.
     pub fn from_scores(n: usize, scores: Vec<u32>) -> Result<PreparedNode, AllocError> {
         if n > MAX_GPUS {
             return Err(AllocError::TooManyGpus { n });
@@ -86,7 +91,8 @@ impl PreparedNode {
         let nvlink_peers = (0..n)
             .map(|a| (0..n).filter(|&b| b != a && scores[a * n + b] >= 100).fold(0u128, |m, b| m | (1u128 << b)))
             .collect();
-        Ok(PreparedNode::assemble(n, scores, nvlink_peers))
+        let bandwidths = scores.iter().map(|&s| f64::from(s)).collect();
+        Ok(PreparedNode::assemble(n, scores, bandwidths, nvlink_peers))
     }
 
     /// A 64-bit fingerprint of the node's scores and NVLink masks: equal nodes have equal
@@ -105,6 +111,7 @@ impl PreparedNode {
         self.fingerprint == other.fingerprint
             && self.n == other.n
             && self.scores == other.scores
+            && self.bandwidths == other.bandwidths
             && self.nvlink_peers == other.nvlink_peers
     }
 
@@ -117,6 +124,7 @@ impl PreparedNode {
     pub fn heap_bytes(&self) -> usize {
         std::mem::size_of::<PreparedNode>()
             + self.scores.capacity() * std::mem::size_of::<u32>()
+            + self.bandwidths.capacity() * std::mem::size_of::<f64>()
             + self.nvlink_peers.capacity() * std::mem::size_of::<u128>()
     }
 
@@ -139,6 +147,17 @@ impl PreparedNode {
             }
         }
         total
+    }
+
+    /// Estimated bandwidth between GPUs `a` and `b`, GB/s per direction.
+    pub fn pair_bandwidth_gbps(&self, a: usize, b: usize) -> f64 {
+        self.bandwidths[a * self.n + b]
+    }
+
+    /// The best ring over `set` (its slowest hop, GB/s per direction; [`weft_topology::ring`]);
+    /// None for fewer than two GPUs.
+    pub fn ring(&self, set: &[usize]) -> Option<weft_topology::RingBandwidth> {
+        weft_topology::best_ring(set.len(), &|a, b| self.pair_bandwidth_gbps(set[a], set[b]))
     }
 
     /// GPUs with at least one NVLink to `gpu`, as a mask.

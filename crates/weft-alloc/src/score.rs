@@ -39,16 +39,32 @@ use serde::{Deserialize, Serialize};
 
 use crate::{AllocError, PreparedNode, Request};
 
+/// What the affinity term measures of a GPU set.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SetQuality {
+    /// The bandwidth of the set's best ring, its slowest hop ([`ring_affinity`]): what a ring
+    /// all-reduce over the set gets.
+    #[default]
+    Ring,
+    /// The mean go-gpuallocator pair score ([`affinity`]): upstream's measure, which a slow hop
+    /// hides in the mean.
+    PairScore,
+}
+
 /// Scoring knobs.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ScoreConfig {
     /// Weight (0..1) of the remainder-quality term; the rest goes to the set's link quality.
     pub remainder_weight: f64,
+    /// What the affinity term measures.
+    #[serde(default)]
+    pub set_quality: SetQuality,
 }
 
 impl Default for ScoreConfig {
     fn default() -> Self {
-        ScoreConfig { remainder_weight: 0.2 }
+        ScoreConfig { remainder_weight: 0.2, set_quality: SetQuality::Ring }
     }
 }
 
@@ -72,6 +88,9 @@ pub struct NodeFit {
     pub affinity: f64,
     /// Remainder term R (0–100) before weighting.
     pub remainder: f64,
+    /// The slowest hop of the set's best ring, GB/s per direction (0 for one GPU).
+    #[serde(default)]
+    pub ring_gbps: f64,
 }
 
 /// Score a node for a pod asking `count` GPUs, given its free GPUs (any order).
@@ -82,7 +101,27 @@ pub struct NodeFit {
 pub fn score_node(node: &PreparedNode, free: &[usize], count: usize, cfg: &ScoreConfig) -> Result<NodeFit, AllocError> {
     let free_mask = free_mask(node, free, count)?;
     let (gpus, set_score) = best_set(node, free_mask, count)?;
-    Ok(fit(node, free_mask, gpus, set_score, count, cfg))
+    let ring = ring_gbps(node, &gpus);
+    Ok(fit(node, free_mask, gpus, set_score, ring, count, cfg))
+}
+
+fn ring_gbps(node: &PreparedNode, gpus: &[usize]) -> f64 {
+    node.ring(gpus).map_or(0.0, |r| r.gbps)
+}
+
+/// The bandwidth on which [`ring_affinity`] reaches 100: 18 NVLink 5 links, 900 GB/s per direction.
+pub const RING_SCALE_GBPS: f64 = 900.0;
+
+/// The affinity term for a set whose best ring runs at `gbps` (its slowest hop, GB/s per
+/// direction): `100 · ln(1 + gbps) / ln(1 + 900)`, 100 for one GPU (`count` < 2). A cross-socket
+/// hop (10 GB/s) gives 35, a PCIe Gen4 switch 51, NV1 on V100 48, NV2 58, A100's NV12 84, H100's
+/// NV18 90.
+pub fn ring_affinity(gbps: f64, count: usize) -> f64 {
+    if count < 2 {
+        return 100.0;
+    }
+    let g = if gbps.is_finite() && gbps > 0.0 { gbps } else { 0.0 };
+    (100.0 * (1.0 + g).ln() / (1.0 + RING_SCALE_GBPS).ln()).clamp(0.0, 100.0)
 }
 
 /// Validate the free list and return it as a mask.
@@ -121,15 +160,19 @@ fn fit(
     free_mask: u128,
     gpus: Vec<usize>,
     set_score: u32,
+    ring_gbps: f64,
     count: usize,
     cfg: &ScoreConfig,
 ) -> NodeFit {
     let taken = gpus.iter().fold(0u128, |m, &g| m | (1u128 << g));
-    let a = affinity(set_score, count);
+    let a = match cfg.set_quality {
+        SetQuality::Ring => ring_affinity(ring_gbps, count),
+        SetQuality::PairScore => affinity(set_score, count),
+    };
     let r = remainder(node, free_mask, taken);
     let w = cfg.effective_weight();
     let score = ((1.0 - w) * a + w * r).round().clamp(1.0, 100.0) as u8;
-    NodeFit { score, gpus, set_score, affinity: a, remainder: r }
+    NodeFit { score, gpus, set_score, affinity: a, remainder: r, ring_gbps }
 }
 
 /// Free GPUs that have NVLink peers on the node but no free one.
@@ -144,7 +187,7 @@ pub fn stranded_gpus(node: &PreparedNode, free_mask: u128) -> usize {
 #[derive(Debug)]
 struct TopologySlot {
     node: PreparedNode,
-    fits: FxHashMap<(u128, usize), (Vec<usize>, u32)>,
+    fits: FxHashMap<(u128, usize), (Vec<usize>, u32, f64)>,
 }
 
 /// A cache of best-effort results for [`score_node`], keyed by (topology, free mask, q).
@@ -196,21 +239,22 @@ impl ScoreCache {
                 slots.len() - 1
             }
         };
-        if let Some((gpus, set_score)) = slots.get(idx).and_then(|s| s.fits.get(&key)) {
+        if let Some((gpus, set_score, ring)) = slots.get(idx).and_then(|s| s.fits.get(&key)) {
             self.hits += 1;
-            return Ok(fit(node, free_mask, gpus.clone(), *set_score, count, cfg));
+            return Ok(fit(node, free_mask, gpus.clone(), *set_score, *ring, count, cfg));
         }
         self.misses += 1;
         let (gpus, set_score) = best_set(node, free_mask, count)?;
+        let ring = ring_gbps(node, &gpus);
         if self.entries >= self.capacity {
             self.clear_entries();
         }
         let slots = self.topologies.entry(node.fingerprint()).or_default();
         if let Some(slot) = slots.iter_mut().find(|s| s.node.same_topology(node)) {
-            slot.fits.insert(key, (gpus.clone(), set_score));
+            slot.fits.insert(key, (gpus.clone(), set_score, ring));
             self.entries += 1;
         }
-        Ok(fit(node, free_mask, gpus, set_score, count, cfg))
+        Ok(fit(node, free_mask, gpus, set_score, ring, count, cfg))
     }
 
     fn clear_entries(&mut self) {
@@ -266,8 +310,20 @@ mod tests {
 
     #[test]
     fn weight_is_clamped_and_nan_means_default() {
-        assert_eq!(ScoreConfig { remainder_weight: f64::NAN }.effective_weight(), 0.2);
-        assert_eq!(ScoreConfig { remainder_weight: 7.0 }.effective_weight(), 1.0);
-        assert_eq!(ScoreConfig { remainder_weight: -1.0 }.effective_weight(), 0.0);
+        let w = |remainder_weight| ScoreConfig { remainder_weight, ..ScoreConfig::default() }.effective_weight();
+        assert_eq!(w(f64::NAN), 0.2);
+        assert_eq!(w(7.0), 1.0);
+        assert_eq!(w(-1.0), 0.0);
+    }
+
+    #[test]
+    fn ring_affinity_matches_the_documented_points() {
+        for (gbps, want) in [(10.0, 35.0), (31.5, 51.0), (25.0, 48.0), (50.0, 58.0), (300.0, 84.0), (450.0, 90.0)] {
+            assert_eq!(ring_affinity(gbps, 2).round(), want, "{gbps} GB/s");
+        }
+        assert_eq!(ring_affinity(900.0, 2), 100.0);
+        assert_eq!(ring_affinity(1e9, 2), 100.0);
+        assert_eq!(ring_affinity(f64::NAN, 2), 0.0);
+        assert_eq!(ring_affinity(0.0, 1), 100.0);
     }
 }

@@ -6,8 +6,8 @@ mod common;
 
 use common::{dgx1_volta, prepared};
 use weft_alloc::{
-    AllocError, NodeFit, Optimality, Policy, PreparedNode, Request, ScoreCache, ScoreConfig, StaticTable, allocate,
-    score_node, stranded_gpus,
+    AllocError, NodeFit, Optimality, Policy, PreparedNode, Request, ScoreCache, ScoreConfig, SetQuality, StaticTable,
+    allocate, score_node, stranded_gpus,
 };
 use weft_topology::model::uniform_node;
 use weft_topology::{PairLink, PcieRelation};
@@ -179,12 +179,19 @@ fn scores_never_exceed_100() {
     // 18 NVLinks + SameBoard on every pair: the real maximum pair score 1860.
     let node = prepared(&uniform_node("nv18", 8, PairLink { pcie: Some(PcieRelation::SameBoard), nvlinks: 18 }));
     let all: Vec<usize> = (0..8).collect();
+    let pair_score = ScoreConfig { set_quality: SetQuality::PairScore, ..ScoreConfig::default() };
     for q in 1..=8 {
-        let f = score(&node, &all, q);
+        let f = score_node(&node, &all, q, &pair_score).unwrap();
         assert_eq!(f.affinity, 100.0, "q={q}");
         // q = 7 leaves one GPU whose every NVLink peer is busy: R = 0, score 0.8 · 100.
         let want = if q == 7 { 80 } else { 100 };
         assert_eq!(f.score, want, "q={q}");
+        // The ring measure: 18 links of the guessed generation (NVLink 2, 25 GB/s) per hop.
+        let r = score(&node, &all, q);
+        let ring = if q == 1 { 0.0 } else { 450.0 };
+        assert_eq!(r.ring_gbps, ring, "q={q}");
+        assert_eq!(r.affinity, weft_alloc::score::ring_affinity(ring, q), "q={q}");
+        assert!(r.affinity <= 100.0 && r.score <= 100, "q={q}: {r:?}");
     }
 }
 
@@ -199,16 +206,22 @@ fn sys_only_nodes_score_above_zero_and_below_nvlinked_nodes() {
         assert!(s.score > 0 && s.affinity > 30.0, "q={q}: {s:?}");
         assert!(s.score < v.score, "q={q}: SYS {} vs DGX-1V {}", s.score, v.score);
     }
-    // The weakest NVLinked pair (NV1 + SYS) with the worst remainder (everything left stranded)
-    // still beats the best SYS-only pair (nothing to strand).
+    // On go-gpuallocator's scale the weakest NVLinked pair (NV1 + SYS) with the worst remainder
+    // (everything left stranded) still beats the best SYS-only pair (nothing to strand).
     let mut t = uniform_node("weak", 4, PairLink { pcie: Some(PcieRelation::Sys), nvlinks: 0 });
     t.set_link(0, 1, PairLink { pcie: Some(PcieRelation::Sys), nvlinks: 1 });
     t.set_link(2, 3, PairLink { pcie: Some(PcieRelation::Sys), nvlinks: 1 });
     let weak = prepared(&t);
-    let w = score(&weak, &[0, 1, 2], 2);
+    let pair_score = ScoreConfig { set_quality: SetQuality::PairScore, ..ScoreConfig::default() };
+    let w = score_node(&weak, &[0, 1, 2], 2, &pair_score).unwrap();
     assert_eq!((w.gpus.clone(), w.remainder), (vec![0, 1], 0.0));
-    let s = score(&sys, &all, 2);
+    let s = score_node(&sys, &all, 2, &pair_score).unwrap();
     assert!(w.score > s.score, "NV1 {} vs SYS {}", w.score, s.score);
+    // On the ring's scale the NV1 pair (25 GB/s) has the higher affinity than SYS (10 GB/s), and
+    // what it strands counts: one link's worth is not worth stranding every GPU left.
+    let (w, s) = (score(&weak, &[0, 1, 2], 2), score(&sys, &all, 2));
+    assert!(w.affinity > s.affinity, "NV1 {} vs SYS {}", w.affinity, s.affinity);
+    assert_eq!((w.ring_gbps, s.ring_gbps), (25.0, 10.0));
     // PCIe-only nodes are told apart (the KEP's integer formula gives 0 for both).
     let pix = prepared(&uniform_node("pix", 8, PairLink { pcie: Some(PcieRelation::Pix), nvlinks: 0 }));
     assert!(score(&pix, &all, 2).score > s.score);
@@ -234,7 +247,7 @@ fn remainder_term_prefers_not_stranding() {
     assert!(fx.score > fy.score, "{} vs {}", fx.score, fy.score);
     assert_eq!(stranded_gpus(&y, 0b100), 1);
     // With the remainder weight at 0 they tie.
-    let cfg = ScoreConfig { remainder_weight: 0.0 };
+    let cfg = ScoreConfig { remainder_weight: 0.0, ..ScoreConfig::default() };
     assert_eq!(
         score_node(&x, &[0, 1, 2, 3], 2, &cfg).unwrap().score,
         score_node(&y, &[0, 1, 2], 2, &cfg).unwrap().score
@@ -287,7 +300,7 @@ fn cache_returns_the_uncached_result_and_counts_hits() {
     assert_eq!(misses, calls / 3 * 2);
     assert_eq!(cache.len() as u64, misses);
     // A different weight on a cached entry is honoured.
-    let w0 = ScoreConfig { remainder_weight: 0.0 };
+    let w0 = ScoreConfig { remainder_weight: 0.0, ..ScoreConfig::default() };
     assert_eq!(cache.score(&volta, &[0, 1, 2], 2, &w0).unwrap(), score_node(&volta, &[0, 1, 2], 2, &w0).unwrap());
     // Errors are not cached and still reported.
     assert_eq!(cache.score(&volta, &[0], 2, &cfg), Err(AllocError::InsufficientGpus { requested: 2, available: 1 }));

@@ -1060,7 +1060,7 @@ mod tests {
                 vf_physnet: "fabric".into(),
             };
             let stream = generate.pods().unwrap();
-            let cfg = ScoreConfig { remainder_weight: weight };
+            let cfg = ScoreConfig { remainder_weight: weight, ..ScoreConfig::default() };
             for policy in PlacementPolicy::ALL {
                 let (indexed, a) = trace(&cluster, &stream, policy, &cfg, seed, false);
                 let (scanned, b) = trace(&cluster, &stream, policy, &cfg, seed, true);

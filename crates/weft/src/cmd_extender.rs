@@ -36,6 +36,10 @@ pub struct ExtenderArgs {
     /// Weight (0–1) of the remainder-quality term of the node score.
     #[arg(long, default_value_t = ScoreConfig::default().remainder_weight)]
     remainder_weight: f64,
+    /// What the score's affinity term measures of a GPU set: `ring` (the slowest hop of its best
+    /// ring) or `pair-score` (go-gpuallocator's mean pair score).
+    #[arg(long, value_enum, default_value_t = crate::output::SetQualityArg::Ring)]
+    set_quality: crate::output::SetQualityArg,
     /// Score (0–10) every node gets for pods that request no GPUs.
     #[arg(long, default_value_t = 5)]
     neutral_score: i64,
@@ -120,7 +124,7 @@ pub fn run(a: ExtenderArgs) -> anyhow::Result<()> {
     let cfg = ExtenderConfig {
         resource_name: a.resource_name.clone(),
         require_topology: a.require_topology,
-        score_config: score_config(a.remainder_weight)?,
+        score_config: score_config(a.remainder_weight, a.set_quality)?,
         neutral_score: a.neutral_score,
         path_prefix: a.path_prefix.clone(),
         max_body_bytes: a.max_body_bytes,

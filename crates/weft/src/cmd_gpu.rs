@@ -60,6 +60,10 @@ pub struct ScoreArgs {
     /// Weight (0–1) of the remainder-quality term.
     #[arg(long, default_value_t = ScoreConfig::default().remainder_weight)]
     remainder_weight: f64,
+    /// What the score's affinity term measures of a GPU set: `ring` (the slowest hop of its best
+    /// ring) or `pair-score` (go-gpuallocator's mean pair score).
+    #[arg(long, value_enum, default_value_t = crate::output::SetQualityArg::Ring)]
+    set_quality: crate::output::SetQualityArg,
     /// Output format.
     #[arg(long, short, value_enum, default_value_t)]
     output: Output,
@@ -144,7 +148,7 @@ fn allocate_cmd(a: AllocateArgs) -> anyhow::Result<()> {
 }
 
 fn score_cmd(s: ScoreArgs) -> anyhow::Result<()> {
-    let cfg = score_config(s.remainder_weight)?;
+    let cfg = score_config(s.remainder_weight, s.set_quality)?;
     let mut rows = Vec::new();
     for spec in &s.nodes {
         let (path, used) = match spec.rsplit_once('@') {

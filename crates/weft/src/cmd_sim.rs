@@ -40,6 +40,10 @@ pub struct SimulateArgs {
     /// Weight (0–1) of the remainder-quality term in weft's node score.
     #[arg(long, default_value_t = ScoreConfig::default().remainder_weight)]
     remainder_weight: f64,
+    /// What the score's affinity term measures of a GPU set: `ring` (the slowest hop of its best
+    /// ring) or `pair-score` (go-gpuallocator's mean pair score).
+    #[arg(long, value_enum, default_value_t = crate::output::SetQualityArg::Ring)]
+    set_quality: crate::output::SetQualityArg,
     /// Place Numaflow pipelines on NumaNetworks instead of a pod stream: each vertex pod's node,
     /// GPUs, NIC, IP address and DNS name under each policy, and the NIC–GPU alignment share. FILE
     /// is a `kind: SimPipelines` scenario; without one, the seed's video pipeline
@@ -111,7 +115,12 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     if let Some(file) = &args.matrix {
-        return crate::cmd_sim_matrix::run(file, args.small_only, score_config(args.remainder_weight)?, args.output);
+        return crate::cmd_sim_matrix::run(
+            file,
+            args.small_only,
+            score_config(args.remainder_weight, args.set_quality)?,
+            args.output,
+        );
     }
     let spec = match &args.cluster {
         Some(p) => ClusterSpec::from_file(p).with_context(|| format!("reading cluster file {}", p.display()))?,
@@ -143,7 +152,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
             instances: args.instances,
             time_limit: args.time_limit,
             policies: args.policies.iter().map(|&p| p.into()).collect(),
-            score_config: score_config(args.remainder_weight)?,
+            score_config: score_config(args.remainder_weight, args.set_quality)?,
             output: args.output,
         });
     }
@@ -152,7 +161,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         None => Generate::default_for(cluster.total_gpus(), args.pods, args.seed).pods()?,
     };
     let policies: Vec<PlacementPolicy> = args.policies.iter().map(|&p| p.into()).collect();
-    let score_config = score_config(args.remainder_weight)?;
+    let score_config = score_config(args.remainder_weight, args.set_quality)?;
 
     let progress = PolicyProgress::new(&policies, pods.len(), args.output == Output::Table);
     let mut report = simulate(&cluster, &pods, &policies, &score_config, args.seed, &mut |i, p| progress.show(i, p))?;
@@ -180,7 +189,7 @@ fn run_pipelines(
         None => scenario,
     };
     let policies: Vec<PlacementPolicy> = args.policies.iter().map(|&p| p.into()).collect();
-    let score_config = score_config(args.remainder_weight)?;
+    let score_config = score_config(args.remainder_weight, args.set_quality)?;
     let report = simulate_pipelines(cluster, &scenario, &policies, &score_config, args.seed)?;
     match args.output {
         Output::Json => print_json(&report),

@@ -68,10 +68,24 @@ pub fn parse_gpu_list(s: &str) -> Result<Vec<usize>, String> {
     Ok(set.iter().map(|g| g as usize).collect())
 }
 
-/// The node-score settings from a `--remainder-weight` flag, checked.
-pub fn score_config(remainder_weight: f64) -> anyhow::Result<weft_alloc::ScoreConfig> {
+/// What the node score's affinity term measures of a GPU set (`--set-quality`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum SetQualityArg {
+    /// The bandwidth of the set's best ring, its slowest hop (what a ring all-reduce gets).
+    #[default]
+    Ring,
+    /// go-gpuallocator's mean pair score (upstream's measure).
+    PairScore,
+}
+
+/// The node-score settings from the `--remainder-weight` and `--set-quality` flags, checked.
+pub fn score_config(remainder_weight: f64, quality: SetQualityArg) -> anyhow::Result<weft_alloc::ScoreConfig> {
     if !(0.0..=1.0).contains(&remainder_weight) {
         anyhow::bail!("--remainder-weight must be between 0 and 1, got {remainder_weight}");
     }
-    Ok(weft_alloc::ScoreConfig { remainder_weight })
+    let set_quality = match quality {
+        SetQualityArg::Ring => weft_alloc::SetQuality::Ring,
+        SetQualityArg::PairScore => weft_alloc::SetQuality::PairScore,
+    };
+    Ok(weft_alloc::ScoreConfig { remainder_weight, set_quality })
 }
