@@ -16,7 +16,7 @@ fn tie_matrix(dir: &tempfile::TempDir, gate: &str) -> String {
          - {{name: tie, cluster: {{mix: h100}}, stream: {{pods: 40, seeds: 2, sizes: {{2: 1}}}}, small: true, gate: {gate}}}\n  \
          - {{name: not-small, cluster: {{mix: h100}}, stream: {{pods: 40, sizes: {{2: 1}}}}, gate: {gate}}}\n"
     );
-    std::fs::write(&path, text).unwrap();
+    std::fs::write(&path, text).expect("matrix file written");
     path.to_string_lossy().into_owned()
 }
 
