@@ -54,8 +54,9 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "N", requires = "pipelines")]
     replicas: Option<usize>,
     /// Run a scenario matrix (`kind: SimMatrix`, e.g. crates/weft-sim/scenarios/matrix.yaml):
-    /// every cell under every policy, with a verdict per cell (weft against each baseline); exit
-    /// status 1 when a cell marked `gate: true` loses.
+    /// every cell under every policy, with a verdict per cell (weft against each baseline: wins,
+    /// ties or loses); exit status 1 when a cell's gate fails (`gate: true`: weft loses there;
+    /// `gate: strict`: loses or ties).
     #[arg(long, value_name = "FILE", conflicts_with_all = ["cluster", "workload", "nodes", "pods", "seed", "policies", "pipelines"])]
     matrix: Option<PathBuf>,
     /// With --matrix: only the cells marked `small: true` (CI's smoke run).
