@@ -155,3 +155,25 @@ fn a_run_covers_every_seed_and_policy_and_names_the_cells_whose_gate_failed() {
         .collect();
     assert!(bw.iter().all(|o| *o == Outcome::NotApplicable), "{bw:?}");
 }
+
+/// The bottleneck columns are the ring bandwidth, not the pair mean: on a 4-GPU PCIe node with one
+/// NVLink-bridged pair the two differ (a ring over all four runs at its cross-socket hop).
+#[test]
+fn the_bottleneck_columns_read_the_ring_bandwidth() {
+    use weft_sim::matrix::Metrics;
+    use weft_sim::{ClusterSpec, NodeTypeSpec, PlacementPolicy, SimPod, run_policy};
+    let spec = ClusterSpec {
+        api_version: weft_sim::API_VERSION.into(),
+        kind: "SimCluster".into(),
+        node_types: vec![NodeTypeSpec::builtin("a100-pcie-4gpu", 2)],
+    };
+    let cluster = spec.build(None).unwrap();
+    let pods = vec![SimPod::gpus("a", 4, 1.0, 10.0), SimPod::gpus("b", 2, 2.0, 10.0)];
+    let r = run_policy(&cluster, &pods, PlacementPolicy::Weft, &ScoreConfig::default(), 1, &mut |_| {}).unwrap();
+    assert_ne!(r.mean_ring_bandwidth_gbps, r.mean_pair_bandwidth_gbps, "the node tells the two apart: {r:?}");
+    let m = Metrics::of(&r);
+    assert_eq!(m.mean_bottleneck_gbps, r.mean_ring_bandwidth_gbps);
+    assert_eq!(m.p10_bottleneck_gbps, r.p10_ring_bandwidth_gbps);
+    assert_eq!(m.mean_pair_gbps, r.mean_pair_bandwidth_gbps);
+    assert_eq!((m.placed, m.multi_gpu_placed), (2.0, 2.0));
+}
