@@ -2,9 +2,12 @@
 //! allocation, and the SR-IOV VFs with their NICs' relations when the node publishes any), shared by
 //! every node that carries the same text, bounded in entries and bytes.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+use rustc_hash::FxHashMap;
 
 use k8s_openapi::api::core::v1::Node;
 use weft_alloc::PreparedNode;
@@ -93,7 +96,7 @@ pub struct TopologyCache {
 
 #[derive(Debug, Default)]
 struct Inner {
-    names: HashMap<String, NameEntry>,
+    names: FxHashMap<String, NameEntry>,
     texts: HashMap<Arc<str>, Arc<Topology>>,
     bytes: usize,
     tick: u64,
@@ -101,11 +104,64 @@ struct Inner {
 }
 
 /// What a node name resolved to at which `resourceVersion`; holds its topology directly, so an
-/// unchanged node costs one lookup by name.
+/// unchanged node costs one lookup by name. `object`: the view's node object it was last resolved
+/// from ([`TopologyCache::resolve_shared`]); while the view hands out that same object, nothing of
+/// it is read again. A `Weak` keeps the allocation's address from being reused for another node
+/// while the entry remembers it, without keeping the node itself.
 #[derive(Debug)]
 struct NameEntry {
     resource_version: Option<String>,
     topology: Arc<Topology>,
+    object: Option<Weak<Node>>,
+}
+
+/// A node as the cache reads it: its name, `resourceVersion` and topology annotation, which may
+/// still be JSON text to decode (a Node in a request body: decoded only when the name's
+/// remembered `resourceVersion` differs).
+#[derive(Clone, Copy, Debug)]
+pub struct NodeKey<'a> {
+    /// `metadata.name`.
+    pub name: &'a str,
+    /// `metadata.resourceVersion`.
+    pub resource_version: Option<&'a str>,
+    /// The `weft.io/gpu-topology` annotation, if the node has one.
+    pub annotation: Option<Annotation<'a>>,
+}
+
+/// The topology annotation's value: text, or the JSON string literal that holds it.
+#[derive(Clone, Copy, Debug)]
+pub enum Annotation<'a> {
+    /// The text.
+    Text(&'a str),
+    /// A JSON string literal (quotes and escapes included), decoded when needed.
+    Json(&'a str),
+}
+
+impl<'a> Annotation<'a> {
+    /// The text (a literal that is not a JSON string reads as an annotation that does not parse).
+    fn text(self) -> Cow<'a, str> {
+        match self {
+            Annotation::Text(t) => Cow::Borrowed(t),
+            Annotation::Json(j) => serde_json::from_str::<Cow<'a, str>>(j)
+                .unwrap_or_else(|e| Cow::Owned(format!("(not a JSON string: {e})"))),
+        }
+    }
+}
+
+impl<'a> NodeKey<'a> {
+    /// The key of a decoded Node.
+    pub fn of(node: &'a Node) -> NodeKey<'a> {
+        NodeKey {
+            name: node.metadata.name.as_deref().unwrap_or(""),
+            resource_version: node.metadata.resource_version.as_deref(),
+            annotation: node
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(TOPOLOGY_ANNOTATION))
+                .map(|t| Annotation::Text(t)),
+        }
+    }
 }
 
 /// One annotation text and what it parsed to, shared by every node carrying that text.
@@ -145,13 +201,50 @@ impl TopologyCache {
     /// Resolve a batch of nodes (one request's candidates); `None` stands for a node the view does
     /// not know.
     pub fn resolve_all<'a>(&self, nodes: impl IntoIterator<Item = Option<&'a Node>>) -> Vec<Resolved> {
+        self.resolve_keys(nodes.into_iter().map(|n| n.map(NodeKey::of)))
+    }
+
+    /// [`TopologyCache::resolve_all`] over nodes given by what the cache reads of them.
+    pub fn resolve_keys<'a>(&self, nodes: impl IntoIterator<Item = Option<NodeKey<'a>>>) -> Vec<Resolved> {
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         inner.tick += 1;
         let out = nodes
             .into_iter()
             .map(|node| match node {
                 None => Err(self.not_in_view.clone()),
-                Some(node) => inner.resolve(node, &self.missing),
+                Some(key) => inner.resolve(key, &self.missing).1,
+            })
+            .collect();
+        inner.enforce(self.limits);
+        out
+    }
+
+    /// [`TopologyCache::resolve_all`] over the view's shared node objects, each with the name it
+    /// was looked up by: a name whose entry was resolved from the very object the view hands out
+    /// now is answered without reading the node at all (its name, annotation and
+    /// `resourceVersion` stay untouched), so an unchanged node costs one lookup by name.
+    pub fn resolve_shared<'a>(
+        &self,
+        nodes: impl IntoIterator<Item = (&'a str, Option<&'a Arc<Node>>)>,
+    ) -> Vec<Resolved> {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        inner.tick += 1;
+        let tick = inner.tick;
+        let out = nodes
+            .into_iter()
+            .map(|(name, node)| {
+                let Some(node) = node else { return Err(self.not_in_view.clone()) };
+                if let Some(e) = inner.names.get(name)
+                    && e.object.as_ref().is_some_and(|o| std::ptr::eq(o.as_ptr(), Arc::as_ptr(node)))
+                {
+                    e.topology.last_used.store(tick, Ordering::Relaxed);
+                    return e.topology.value.clone();
+                }
+                let (entry, resolved) = inner.resolve(NodeKey { name, ..NodeKey::of(node) }, &self.missing);
+                if entry && let Some(e) = inner.names.get_mut(name) {
+                    e.object = Some(Arc::downgrade(node));
+                }
+                resolved
             })
             .collect();
         inner.enforce(self.limits);
@@ -199,25 +292,30 @@ impl TopologyCache {
 }
 
 impl Inner {
-    fn resolve(&mut self, node: &Node, missing: &Arc<str>) -> Resolved {
-        let name = node.metadata.name.as_deref().unwrap_or("");
-        let Some(text) = node.metadata.annotations.as_ref().and_then(|a| a.get(TOPOLOGY_ANNOTATION)) else {
+    /// Resolves one node; the flag says whether its name now has an entry (not when it has no
+    /// annotation).
+    fn resolve(&mut self, node: NodeKey<'_>, missing: &Arc<str>) -> (bool, Resolved) {
+        let name = node.name;
+        let Some(annotation) = node.annotation else {
             self.forget_name(name);
-            return Err(missing.clone());
+            return (false, Err(missing.clone()));
         };
-        let rv = node.metadata.resource_version.as_deref();
+        let rv = node.resource_version;
         let tick = self.tick;
+        // The text, decoded at most once and only when the version does not settle it.
+        let mut text: Option<Cow<'_, str>> = None;
         // The same node at the same resourceVersion, or with the same text: what it had.
         let mut bytes = self.bytes;
         let remembered = self.names.get_mut(name).and_then(|e| {
             let same_version = rv.is_some() && e.resource_version.as_deref() == rv;
             if !same_version {
-                if *e.topology.text != **text {
+                if *e.topology.text != *text.get_or_insert_with(|| annotation.text()) {
                     return None;
                 }
                 // The same text under another version: remember the version.
                 bytes = bytes - e.resource_version.as_ref().map_or(0, String::len) + rv.map_or(0, str::len);
                 e.resource_version = rv.map(str::to_string);
+                e.object = None;
             }
             Some(e.topology.clone())
         });
@@ -225,21 +323,22 @@ impl Inner {
         let topology = match remembered {
             Some(t) => t,
             None => {
-                let topology = match self.texts.get(text.as_str()) {
+                let text = text.unwrap_or_else(|| annotation.text());
+                let topology = match self.texts.get(&*text) {
                     Some(t) => t.clone(),
-                    None => self.parse_new(name, text),
+                    None => self.parse_new(name, &text),
                 };
                 self.forget_name(name);
                 self.bytes += name.len() + rv.map_or(0, str::len) + NAME_OVERHEAD;
                 self.names.insert(
                     name.to_string(),
-                    NameEntry { resource_version: rv.map(str::to_string), topology: topology.clone() },
+                    NameEntry { resource_version: rv.map(str::to_string), topology: topology.clone(), object: None },
                 );
                 topology
             }
         };
         topology.last_used.store(tick, Ordering::Relaxed);
-        topology.value.clone()
+        (true, topology.value.clone())
     }
 
     /// Parses a text not seen before and keeps it.

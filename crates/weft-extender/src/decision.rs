@@ -4,6 +4,8 @@
 //! directly.
 
 use std::collections::{BTreeSet, HashMap};
+
+use fnv::FnvHashMap;
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -319,6 +321,9 @@ pub fn prioritize_until(
     prioritize_pod_until(&PodAsk::gpus(request), nodes, cfg, cache, deadline)
 }
 
+/// A kind of node's GPU fit in one request: the topology it was made for, and the fit.
+type KindFit<'a> = (&'a PreparedNode, Result<NodeFit, String>);
+
 /// Scores the candidates for a pod asking for `ask`, as [`prioritize`] does for GPUs, with VFs:
 ///
 /// - a node without enough free VFs of an asked physnet: 0 with a reason;
@@ -356,8 +361,12 @@ pub fn prioritize_pod_until(
     let mut out = Vec::with_capacity(nodes.len());
     // Joint scores by (GPU topology, GPUs in use, VF signature): made once per kind of node.
     let mut joint: HashMap<(u64, u128, u64), u8> = HashMap::new();
+    // GPU fits by (topology fingerprint, GPUs in use), made once per kind of node in this request;
+    // a hit is checked to be the same topology, so a fingerprint collision is scored apart.
+    let mut fits: FnvHashMap<(u64, u128), Vec<KindFit<'_>>> = FnvHashMap::default();
     for (i, node) in nodes.iter().enumerate() {
-        if deadline.passed() {
+        // The clock is read once per 64 nodes.
+        if i % 64 == 0 && deadline.passed() {
             return Err(Expired { done: i, total: nodes.len() });
         }
         out.push(match *node {
@@ -376,11 +385,23 @@ pub fn prioritize_pod_until(
                 } else if let Some((_, why)) = vf_shortage(&ask.vfs, vfs.as_ref()) {
                     NodeScore { score: MIN_EXTENDER_PRIORITY, fit: None, reason: Some(why) }
                 } else {
-                    let free = node.free();
-                    match cache.score(prepared, &free, count, &cfg.score_config) {
+                    let in_use = used & mask(prepared.len());
+                    let kinds = fits.entry((prepared.fingerprint(), in_use)).or_default();
+                    let known = kinds.iter().find(|(p, _)| std::ptr::eq(*p, prepared) || p.same_topology(prepared));
+                    let scored = match known {
+                        Some((_, fit)) => fit.clone(),
+                        None => {
+                            let fit = cache.score(prepared, &node.free(), count, &cfg.score_config);
+                            let fit = fit.map_err(|e| e.to_string());
+                            kinds.push((prepared, fit.clone()));
+                            fit
+                        }
+                    };
+                    match scored {
                         // Mapped to 1–10 below, once every candidate is scored.
                         Ok(mut fit) => {
                             if let Some(v) = vfs.filter(|_| !ask.vfs.is_empty()) {
+                                let free = node.free();
                                 let key =
                                     (prepared.fingerprint(), used & mask(prepared.len()), vf_signature(&v, &ask.vfs));
                                 let gpu_score = fit.score;
@@ -392,7 +413,7 @@ pub fn prioritize_pod_until(
                             }
                             NodeScore { score: 0, fit: Some(fit), reason: None }
                         }
-                        Err(e) => NodeScore { score: MIN_EXTENDER_PRIORITY, fit: None, reason: Some(e.to_string()) },
+                        Err(e) => NodeScore { score: MIN_EXTENDER_PRIORITY, fit: None, reason: Some(e) },
                     }
                 }
             }

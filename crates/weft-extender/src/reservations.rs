@@ -253,6 +253,12 @@ impl Reservations {
         self.by_node.lock().unwrap_or_else(PoisonError::into_inner).contains_key(node)
     }
 
+    /// The nodes that hold reservations now (expired ones included until a lookup drops them): one
+    /// look for a whole request instead of [`Reservations::on_node`] per candidate.
+    pub fn nodes(&self) -> rustc_hash::FxHashSet<String> {
+        self.by_node.lock().unwrap_or_else(PoisonError::into_inner).keys().cloned().collect()
+    }
+
     /// Whether `pod_uid` holds a reservation on `node` (expired ones included until a lookup drops
     /// them).
     pub fn holds(&self, node: &str, pod_uid: &str) -> bool {

@@ -100,11 +100,16 @@ pub struct ExtenderState {
     cfg: ExtenderConfig,
     cache: TopologyCache,
     scores: Mutex<ScoreCache>,
-    /// Per node, the GPUs its pods hold, as of a pods revision ([`ExtenderState::gpus_used`]).
-    accounting: Mutex<std::collections::HashMap<String, Accounted>>,
+    /// Per node, the GPUs its pods hold, as of a pods revision ([`ExtenderState::devices_used`]).
+    accounting: Mutex<Accounting>,
     deciding: Arc<tokio::sync::Semaphore>,
     metrics: ExtenderMetrics,
+    /// The empty VF set that nodes without VFs in use share.
+    no_vfs: Arc<BTreeSet<String>>,
 }
+
+/// Candidates handled between two looks at the request's deadline (a look reads the clock).
+const DEADLINE_EVERY: usize = 64;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VerbLabels {
@@ -169,6 +174,7 @@ impl ExtenderState {
             accounting: Mutex::default(),
             deciding: Arc::new(tokio::sync::Semaphore::new(cfg.max_concurrent_decisions.max(1))),
             metrics: ExtenderMetrics::default(),
+            no_vfs: Arc::default(),
             cfg,
         }
     }
@@ -329,26 +335,32 @@ impl ExtenderState {
         }
         if request.is_empty() {
             // Nothing weft decides: the decisions do not look at topology or usage.
-            let unjudged = |name| Candidate { name, prepared: Err(Arc::from("")), used: 0, vfs_used: Arc::default() };
+            let unjudged =
+                |name| Candidate { name, prepared: Err(Arc::from("")), used: 0, vfs_used: self.no_vfs.clone() };
             return Ok((request, names.into_iter().map(unjudged).collect()));
         }
         let resolved = match &args.nodes {
-            Some(list) => self.cache.resolve_all(list.items.iter().map(|n| Some(n.node()))),
+            Some(list) => self.cache.resolve_keys(list.items.iter().map(|n| Some(n.key()))),
             None => {
-                let from_view: Vec<Option<Arc<Node>>> = names.iter().map(|n| self.view.node(n)).collect();
-                self.cache.resolve_all(from_view.iter().map(Option::as_deref))
+                let from_view: Vec<Option<Arc<Node>>> = self.view.nodes(&names);
+                self.cache.resolve_shared(names.iter().map(String::as_str).zip(from_view.iter().map(Option::as_ref)))
             }
         };
         let total = names.len();
         let now = std::time::Instant::now();
         let mut candidates = Vec::with_capacity(total);
+        // One look at the ledger and one lock of the accounting for the whole request, not one per
+        // node: a node reserved after this look counts from the next request, as one reserved after
+        // its own look always did.
+        let reserved = self.reservations.nodes();
+        let mut accounting = self.accounting.lock().unwrap_or_else(PoisonError::into_inner);
         for (i, (name, prepared)) in names.into_iter().zip(resolved).enumerate() {
-            if deadline.passed() {
+            if i % DEADLINE_EVERY == 0 && deadline.passed() {
                 return Err(Expired { done: i, total }.into());
             }
             let (used, vfs_used) = match &prepared {
-                Ok(p) => self.devices_used(&name, p, now),
-                Err(_) => (0, Arc::default()),
+                Ok(p) => self.devices_used(&mut accounting, &name, p, reserved.contains(name.as_str()), now),
+                Err(_) => (0, self.no_vfs.clone()),
             };
             candidates.push(Candidate { name, prepared, used, vfs_used });
         }
@@ -414,34 +426,33 @@ impl ExtenderState {
 
 impl ExtenderState {
     /// The GPUs (mask) and VFs of `node` held by its pods or reserved. The pods' part is kept per
-    /// node while the view's [`ClusterView::pods_revision`] of the node and its topology stay the
-    /// same (it changes only when the node's pods change), so a request walks only the nodes whose
-    /// pods changed. The pods are read only on a miss or when the node has reservations to settle.
+    /// node in `accounting` while the view's [`ClusterView::pods_revision`] of the node and its
+    /// topology stay the same (it changes only when the node's pods change), so a request walks
+    /// only the nodes whose pods changed. The pods are read only on a miss or when the node has
+    /// reservations to settle (`reserved_here`).
     fn devices_used(
         &self,
+        accounting: &mut Accounting,
         node: &str,
         prepared: &PreparedTopology,
+        reserved_here: bool,
         now: std::time::Instant,
     ) -> (u128, Arc<BTreeSet<String>>) {
         let revision = self.view.pods_revision(node);
         let fingerprint = prepared.fingerprint();
         let cached = revision.and_then(|r| {
-            let accounting = self.accounting.lock().unwrap_or_else(PoisonError::into_inner);
-            accounting
-                .get(node)
-                .filter(|a| a.revision == r && a.fingerprint == fingerprint)
-                .map(|a| (a.used, a.vfs.clone()))
+            accounting.get(node).filter(|a| a.revision == r && a.fingerprint == fingerprint).map(|a| (a.used, &a.vfs))
         });
-        let reserved_here = self.reservations.on_node(node);
-        if let (Some((used, vfs)), false) = (&cached, reserved_here) {
-            return (*used, vfs.clone());
+        if let (Some((used, vfs)), false) = (cached, reserved_here) {
+            return (used, vfs.clone());
         }
+        let cached = cached.map(|(used, vfs)| (used, vfs.clone()));
         let pods = self.view.pods_on_node(node);
         let (used, vfs) = cached.unwrap_or_else(|| {
             let (used, vfs) = devices_in_use(node, prepared, &pods, &self.cfg.resource_name);
-            let vfs = Arc::new(vfs);
+            // Most nodes hold no VFs: they share one empty set.
+            let vfs = if vfs.is_empty() { self.no_vfs.clone() } else { Arc::new(vfs) };
             if let Some(revision) = revision {
-                let mut accounting = self.accounting.lock().unwrap_or_else(PoisonError::into_inner);
                 if accounting.len() >= self.cfg.max_nodes_per_request.saturating_mul(2) {
                     // Nodes come and go; the map never outgrows twice the largest request.
                     accounting.clear();
@@ -456,6 +467,9 @@ impl ExtenderState {
         (used | reserved.gpus, vfs)
     }
 }
+
+/// Per node, the GPUs and VFs its pods hold, as of a pods revision ([`ExtenderState::devices_used`]).
+type Accounting = rustc_hash::FxHashMap<String, Accounted>;
 
 /// The GPUs (mask) and VFs `pods` hold on `node` by weft-record's accounting; its issues are logged.
 pub(crate) fn devices_in_use(

@@ -263,13 +263,18 @@ impl<R: Read> JsonStream<R> {
 
     /// Decode the next value as `T` from the buffered slice it occupies. `what` names it in errors.
     pub fn value<T: DeserializeOwned>(&mut self, what: &str) -> Result<T, StreamError> {
+        self.decode(&|| what.to_string())
+    }
+
+    /// [`JsonStream::value`] with its name made only for an error (a list's items are many).
+    fn decode<T: DeserializeOwned>(&mut self, what: &dyn Fn() -> String) -> Result<T, StreamError> {
         if self.peek()?.is_none() {
-            return Err(self.unexpected(None, what));
+            return Err(self.unexpected(None, &what()));
         }
         loop {
             let slice = &self.buf[self.pos..];
             let mut values = serde_json::Deserializer::from_slice(slice).into_iter::<T>();
-            let Some(parsed) = values.next() else { return Err(self.unexpected(None, what)) };
+            let Some(parsed) = values.next() else { return Err(self.unexpected(None, &what())) };
             let used = values.byte_offset();
             match parsed {
                 // A value that ends where the buffer does may go on (a number): read on first.
@@ -287,13 +292,13 @@ impl<R: Read> JsonStream<R> {
                     } else {
                         (line + e.line() as u64 - 1, e.column() as u64)
                     };
-                    return Err(StreamError::Syntax { message: format!("{what}: {e}"), line, column });
+                    return Err(StreamError::Syntax { message: format!("{}: {e}", what()), line, column });
                 }
                 _ => {
                     let have = slice.len();
                     if have >= self.limits.max_decoded_bytes {
                         return Err(StreamError::ValueTooLarge {
-                            what: what.to_string(),
+                            what: what(),
                             at: self.consumed(),
                             limit: self.limits.max_decoded_bytes,
                         });
@@ -308,8 +313,17 @@ impl<R: Read> JsonStream<R> {
     /// [`JsonStream::value`] of a value kept for the decision: its text counts against
     /// `max_decoded_bytes`.
     pub fn kept<T: DeserializeOwned>(&mut self, what: &str) -> Result<T, StreamError> {
+        self.kept_as(&|| what.to_string())
+    }
+
+    /// [`JsonStream::kept`] of item `index` of the list `list` (named `list[index]` in errors).
+    pub fn kept_item<T: DeserializeOwned>(&mut self, list: &str, index: usize) -> Result<T, StreamError> {
+        self.kept_as(&|| format!("{list}[{index}]"))
+    }
+
+    fn kept_as<T: DeserializeOwned>(&mut self, what: &dyn Fn() -> String) -> Result<T, StreamError> {
         let before = self.consumed();
-        let v = self.value(what)?;
+        let v = self.decode(what)?;
         self.keep((self.consumed() - before) as usize)?;
         Ok(v)
     }

@@ -4,17 +4,22 @@
 //! fake used by tests and the simulator; [`crate::kube_view::KubeClusterView`] is the real one,
 //! kept warm by reflectors.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
+use rustc_hash::FxHashMap;
 
 /// Read access to nodes and the pods bound to them. Implementations are caches: lookups are cheap
 /// and never block on the network.
 pub trait ClusterView: Send + Sync {
     /// The node called `name`, if known.
     fn node(&self, name: &str) -> Option<Arc<Node>>;
+    /// The nodes called `names` (one request's candidates), in order; implementations answer them
+    /// under one lock where they can.
+    fn nodes(&self, names: &[String]) -> Vec<Option<Arc<Node>>> {
+        names.iter().map(|n| self.node(n)).collect()
+    }
     /// The pods whose `spec.nodeName` is `name` (terminal pods may be included; the accounting
     /// skips them).
     fn pods_on_node(&self, name: &str) -> Vec<Arc<Pod>>;
@@ -33,8 +38,8 @@ pub trait ClusterView: Send + Sync {
 /// A [`ClusterView`] held in memory; filled by hand. Ready unless told otherwise.
 #[derive(Debug)]
 pub struct InMemoryView {
-    nodes: RwLock<HashMap<String, Arc<Node>>>,
-    pods: RwLock<HashMap<String, Vec<Arc<Pod>>>>,
+    nodes: RwLock<FxHashMap<String, Arc<Node>>>,
+    pods: RwLock<FxHashMap<String, Vec<Arc<Pod>>>>,
     /// Bumped on every pod change (one counter for all nodes: a change anywhere invalidates
     /// everything, which is correct and simple for tests and the simulator).
     revision: std::sync::atomic::AtomicU64,
@@ -99,6 +104,11 @@ impl InMemoryView {
 impl ClusterView for InMemoryView {
     fn node(&self, name: &str) -> Option<Arc<Node>> {
         self.nodes.read().unwrap_or_else(PoisonError::into_inner).get(name).cloned()
+    }
+
+    fn nodes(&self, names: &[String]) -> Vec<Option<Arc<Node>>> {
+        let nodes = self.nodes.read().unwrap_or_else(PoisonError::into_inner);
+        names.iter().map(|n| nodes.get(n.as_str()).cloned()).collect()
     }
 
     fn pods_on_node(&self, name: &str) -> Vec<Arc<Pod>> {

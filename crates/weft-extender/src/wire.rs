@@ -31,26 +31,84 @@ pub const MIN_EXTENDER_PRIORITY: i64 = 0;
 /// by `MaxNodeScore / MaxExtenderPriority` (100 / 10) and by the extender's `weight`.
 pub const MAX_EXTENDER_PRIORITY: i64 = 10;
 
-/// A v1 `Node` as it travels in an extender request: the exact JSON text plus the decoded object.
+/// A v1 `Node` as it travels in an extender request: the exact JSON text, and the three things the
+/// extender reads of it (name, `resourceVersion`, the `weft.io/gpu-topology` annotation).
 ///
-/// Serialising writes the original text back unchanged. Decoding needs `serde_json`'s text
-/// deserializers (`from_str`, `from_slice`, `from_reader`), not `from_value`.
+/// Serialising writes the original text back unchanged. Decoding reads only those fields and walks
+/// past the rest (status, images, labels, ...) without building them: kube-scheduler's full Node
+/// objects are ~10 KB each and the whole k8s-openapi `Node` took most of a request's time; a field
+/// of the wrong type where the extender does not look is echoed as it came, as kube-scheduler sent
+/// it. [`WireNode::to_node`] decodes the whole object when it is wanted. The annotation is kept as
+/// its JSON string and unescaped only when the topology cache does not already know the node at
+/// that `resourceVersion`. Decoding needs `serde_json`'s text deserializers (`from_str`,
+/// `from_slice`, `from_reader`), not `from_value`.
 #[derive(Clone, Debug)]
 pub struct WireNode {
     raw: Box<RawValue>,
-    node: Node,
+    name: String,
+    resource_version: Option<String>,
+    /// Where in `raw` the annotation's JSON string literal is.
+    topology: Option<std::ops::Range<usize>>,
+}
+
+/// What [`WireNode`] decodes of a Node; everything else is skipped unread.
+#[derive(Deserialize)]
+struct NodeHead<'a> {
+    #[serde(default, borrow)]
+    metadata: Option<MetaHead<'a>>,
+}
+
+#[derive(Deserialize)]
+struct MetaHead<'a> {
+    #[serde(default, borrow)]
+    name: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default, borrow, rename = "resourceVersion")]
+    resource_version: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default, borrow)]
+    annotations: Option<AnnotationsHead<'a>>,
+}
+
+#[derive(Deserialize)]
+struct AnnotationsHead<'a> {
+    /// `weft_record::TOPOLOGY_ANNOTATION` (a test checks the spelling).
+    #[serde(default, borrow, rename = "weft.io/gpu-topology")]
+    topology: Option<&'a RawValue>,
 }
 
 impl WireNode {
     /// Wrap a node, rendering its JSON text.
     pub fn from_node(node: Node) -> Result<WireNode, serde_json::Error> {
-        let raw = serde_json::value::to_raw_value(&node)?;
-        Ok(WireNode { raw, node })
+        WireNode::from_raw(serde_json::value::to_raw_value(&node)?)
     }
 
-    /// The decoded node.
-    pub fn node(&self) -> &Node {
-        &self.node
+    fn from_raw(raw: Box<RawValue>) -> Result<WireNode, serde_json::Error> {
+        let head: NodeHead<'_> = serde_json::from_str(raw.get())?;
+        let meta = head.metadata;
+        let (name, resource_version, topology) = match meta {
+            Some(m) => (m.name, m.resource_version, m.annotations.and_then(|a| a.topology)),
+            None => (None, None, None),
+        };
+        let topology = match topology {
+            Some(t) if !t.get().starts_with('"') => {
+                return Err(serde_json::Error::custom(format!(
+                    "metadata.annotations.{}: expected a string, found {}",
+                    weft_record::TOPOLOGY_ANNOTATION,
+                    t.get().chars().take(40).collect::<String>()
+                )));
+            }
+            Some(t) => {
+                let at = t.get().as_ptr() as usize - raw.get().as_ptr() as usize;
+                Some(at..at + t.get().len())
+            }
+            None => None,
+        };
+        let (name, resource_version) = (name.map(|n| n.into_owned()), resource_version.map(|v| v.into_owned()));
+        Ok(WireNode { name: name.unwrap_or_default(), resource_version, topology, raw })
+    }
+
+    /// The whole node, decoded from its text.
+    pub fn to_node(&self) -> Result<Node, serde_json::Error> {
+        serde_json::from_str(self.raw.get())
     }
 
     /// The JSON text the node arrived in (or was rendered to).
@@ -60,18 +118,25 @@ impl WireNode {
 
     /// The node's `metadata.name` (empty when absent).
     pub fn name(&self) -> &str {
-        self.node.metadata.name.as_deref().unwrap_or("")
+        &self.name
     }
 
-    /// Take the decoded node.
-    pub fn into_node(self) -> Node {
-        self.node
+    /// What the topology cache reads of the node.
+    pub fn key(&self) -> crate::cache::NodeKey<'_> {
+        crate::cache::NodeKey {
+            name: &self.name,
+            resource_version: self.resource_version.as_deref(),
+            annotation: self.topology.clone().map(|r| crate::cache::Annotation::Json(&self.raw.get()[r])),
+        }
     }
 }
 
 impl PartialEq for WireNode {
     fn eq(&self, other: &Self) -> bool {
-        self.node == other.node
+        match (self.to_node(), other.to_node()) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => self.raw.get() == other.raw.get(),
+        }
     }
 }
 
@@ -84,8 +149,7 @@ impl Serialize for WireNode {
 impl<'de> Deserialize<'de> for WireNode {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let raw = Box::<RawValue>::deserialize(d)?;
-        let node: Node = serde_json::from_str(raw.get()).map_err(D::Error::custom)?;
-        Ok(WireNode { raw, node })
+        WireNode::from_raw(raw).map_err(D::Error::custom)
     }
 }
 
@@ -150,7 +214,7 @@ fn read_node_list<R: Read>(s: &mut JsonStream<R>, max_nodes: usize) -> Result<Op
                 if i >= max_nodes {
                     return Err(StreamError::TooManyNodes { max: max_nodes });
                 }
-                list.items.push(s.kept(&format!("Nodes.items[{i}]"))?);
+                list.items.push(s.kept_item("Nodes.items", i)?);
                 Ok(())
             })?;
         } else {
@@ -168,7 +232,7 @@ pub fn read_names<R: Read>(s: &mut JsonStream<R>, what: &str, max: usize) -> Res
         if i >= max {
             return Err(StreamError::TooManyNodes { max });
         }
-        names.push(s.kept(&format!("{what}[{i}]"))?);
+        names.push(s.kept_item(what, i)?);
         Ok(())
     })?;
     Ok(present.then_some(names))

@@ -213,3 +213,30 @@ fn nodes_with_one_annotation_share_one_parse_and_the_cache_stays_within_its_limi
     let again = cache.resolve(&common::node("d0-3", Some(&common::pcie_only("d0-3", 4)), 8)).unwrap();
     assert_eq!(again.len(), 4);
 }
+
+#[test]
+fn a_view_node_is_answered_by_its_object_until_the_view_hands_out_another() {
+    let cache = TopologyCache::new();
+    let a = Arc::new(common::node("a", Some(&common::dgx1_v100("a")), 8));
+    let bare = Arc::new(common::node("bare", None, 8));
+    let first = cache.resolve_shared([("a", Some(&a)), ("bare", Some(&bare)), ("gone", None)]);
+    assert!(first[1].as_ref().unwrap_err().contains("no weft.io/gpu-topology annotation"));
+    assert!(first[2].as_ref().unwrap_err().contains("not in the extender's node cache"));
+    let again = cache.resolve_shared([("a", Some(&a)), ("bare", Some(&bare))]);
+    assert!(Arc::ptr_eq(first[0].as_ref().unwrap(), again[0].as_ref().unwrap()));
+    assert!(again[1].is_err());
+    assert_eq!(cache.parses(), 1);
+    // The same answers as for the node read field by field.
+    assert!(Arc::ptr_eq(first[0].as_ref().unwrap(), cache.resolve(&a).as_ref().unwrap()));
+    // The view replaced the node: the new object is read (new version, new topology)...
+    let mut changed = common::node("a", Some(&common::pcie_only("a", 4)), 8);
+    changed.metadata.resource_version = Some("1002".into());
+    let changed = Arc::new(changed);
+    assert_eq!(cache.resolve_shared([("a", Some(&changed))])[0].as_ref().unwrap().len(), 4);
+    assert_eq!(cache.parses(), 2);
+    // ...and the old object, should the view hand it out again, is read for what it is, not
+    // mistaken for the entry's object (its text is still cached: no parse).
+    assert_eq!(cache.resolve_shared([("a", Some(&a))])[0].as_ref().unwrap().len(), 8);
+    assert_eq!(cache.resolve_shared([("a", Some(&changed))])[0].as_ref().unwrap().len(), 4);
+    assert_eq!(cache.parses(), 2);
+}

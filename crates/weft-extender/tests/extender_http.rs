@@ -36,7 +36,7 @@ fn scores(body: &str) -> Vec<(String, i64)> {
 fn view_with(nodes: &[weft_extender::wire::WireNode]) -> Arc<InMemoryView> {
     let view = Arc::new(InMemoryView::new());
     for n in nodes {
-        view.insert_node(n.node().clone());
+        view.insert_node(n.to_node().unwrap());
     }
     view
 }
@@ -266,7 +266,7 @@ fn decisions_stop_at_the_deadline_instead_of_running_on() {
     let view = Arc::new(InMemoryView::new());
     let names: Vec<String> = (0..64).map(|i| format!("n{i}")).collect();
     for name in &names {
-        view.insert_node(wire(common::node_json(name, Some(&common::dgx1_v100(name)), 8)).node().clone());
+        view.insert_node(wire(common::node_json(name, Some(&common::dgx1_v100(name)), 8)).to_node().unwrap());
         view.insert_pod(common::bound_pod(&format!("{name}-p"), name, 3, None, "2026-01-05T09:00:00Z"));
     }
     let state = weft_extender::ExtenderState::new(view, ExtenderConfig::default());
@@ -412,5 +412,135 @@ async fn topology_annotation_is_parsed_once_per_resource_version() {
     let (_, text) = post(&format!("{}/prioritize", server.base), &body).await;
     assert_eq!(server.state.cache().parses(), 2);
     assert_eq!(scores(&text), vec![("a".into(), expected_priority(&common::sys_only("a", 8), 2))]);
+    server.stop().await.unwrap();
+}
+
+/// Complete Node objects as kube-scheduler sends them with `nodeCacheCapable: false`, and the same
+/// nodes in a view, with pods holding GPUs on some: `(view, the nodes' JSON, their names)`.
+fn full_cluster() -> (Arc<InMemoryView>, Vec<Value>, Vec<String>) {
+    let kinds: Vec<(&str, Option<NodeTopology>)> = vec![
+        ("dgx1", Some(common::dgx1_v100("dgx1"))),
+        ("a100", Some(common::a100_nvswitch("a100"))),
+        ("vfs", Some(common::two_switches("vfs", weft_topology::PcieRelation::Pix, 4))),
+        ("pcie4", Some(common::pcie_only("pcie4", 4))),
+        ("sys8", Some(common::sys_only("sys8", 8))),
+        ("bare", None),
+    ];
+    let view = Arc::new(InMemoryView::new());
+    let (mut nodes, mut names) = (Vec::new(), Vec::new());
+    for i in 0..24 {
+        let (kind, topology) = &kinds[i % kinds.len()];
+        let name = format!("{kind}-{i}");
+        let gpus = topology.as_ref().map_or(8, NodeTopology::gpu_count);
+        let vfs = topology.as_ref().map_or(0, |t| t.vfs().len());
+        let text = topology.as_ref().map(weft_topology::inventory::to_json).unwrap_or_default();
+        let mut node = common::kube_node_json(&name, i, kind, gpus, vfs, &text);
+        if topology.is_none() {
+            node["metadata"]["annotations"].as_object_mut().unwrap().remove(TOPOLOGY_ANNOTATION);
+        }
+        view.insert_node(serde_json::from_value(node.clone()).unwrap());
+        // Every third node runs a pod holding some of its GPUs.
+        let held = ["0", "0,1", "1,2,3"][(i / 3) % 3];
+        if i % 3 == 0 && topology.is_some() {
+            let pod = format!("job-{i}");
+            let count = held.split(',').count() as u32;
+            view.insert_pod(common::bound_pod(&pod, &name, count, Some(held), "2026-01-05T09:00:00Z"));
+        }
+        nodes.push(node);
+        names.push(name);
+    }
+    (view, nodes, names)
+}
+
+#[tokio::test]
+async fn complete_node_objects_get_the_decisions_their_names_get() {
+    let (view, nodes, names) = full_cluster();
+    let server = TestServer::start(view, ExtenderConfig::default()).await;
+    let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    for gpus in [1, 2, 4, 8] {
+        let pod = common::pending_pod_json("p", gpus);
+        let by_nodes = common::args_with_nodes(pod.clone(), nodes.clone());
+        let by_names = common::args_with_names(pod, &name_refs);
+        let (status, a) = post(&format!("{}/filter", server.base), &by_nodes).await;
+        assert_eq!(status, 200, "{a}");
+        let (_, b) = post(&format!("{}/filter", server.base), &by_names).await;
+        let (a, b): (ExtenderFilterResult, ExtenderFilterResult) =
+            (serde_json::from_str(&a).unwrap(), serde_json::from_str(&b).unwrap());
+        assert_eq!(a.error, "");
+        assert_eq!(a.failed_nodes, b.failed_nodes, "{gpus} GPUs");
+        assert_eq!(a.failed_and_unresolvable_nodes, b.failed_and_unresolvable_nodes, "{gpus} GPUs");
+        assert!(!a.failed_nodes.is_empty() || gpus < 4, "some nodes are too full for {gpus} GPUs");
+        let passed: Vec<&str> = a.nodes.as_ref().unwrap().items.iter().map(|n| n.name()).collect();
+        assert_eq!(passed, b.node_names.as_ref().unwrap().iter().map(String::as_str).collect::<Vec<_>>());
+        // The passing objects go back exactly as they came.
+        for n in &a.nodes.as_ref().unwrap().items {
+            let sent = nodes.iter().find(|v| v["metadata"]["name"] == n.name()).unwrap();
+            assert_eq!(&serde_json::from_str::<Value>(n.raw_json()).unwrap(), sent);
+        }
+        let (status, a) = post(&format!("{}/prioritize", server.base), &by_nodes).await;
+        assert_eq!(status, 200, "{a}");
+        let (_, b) = post(&format!("{}/prioritize", server.base), &by_names).await;
+        assert_eq!(scores(&a), scores(&b), "{gpus} GPUs");
+        assert!(scores(&a).iter().any(|(_, s)| *s > 0));
+    }
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn node_objects_are_read_again_only_at_a_new_resource_version() {
+    let (view, mut nodes, _) = full_cluster();
+    let server = TestServer::start(view, ExtenderConfig::default()).await;
+    let url = format!("{}/prioritize", server.base);
+    let body = common::args_with_nodes(common::pending_pod_json("p", 2), nodes.clone());
+    let (_, first) = post(&url, &body).await;
+    let parsed = server.state.cache().parses();
+    assert_eq!(parsed, 5, "one parse per distinct annotation");
+    for _ in 0..3 {
+        let (_, again) = post(&url, &body).await;
+        assert_eq!(again, first);
+    }
+    assert_eq!(server.state.cache().parses(), parsed);
+    // dgx1-0 now publishes an all-SYS topology at a new resourceVersion: read again and scored so.
+    let sys = common::sys_only("dgx1-0", 8);
+    nodes[0]["metadata"]["resourceVersion"] = json!("99000001");
+    nodes[0]["metadata"]["annotations"][TOPOLOGY_ANNOTATION] = json!(weft_topology::inventory::to_json(&sys));
+    let (_, changed) = post(&url, &common::args_with_nodes(common::pending_pod_json("p", 2), nodes)).await;
+    assert_eq!(server.state.cache().parses(), parsed + 1);
+    let (before, after) = (scores(&first), scores(&changed));
+    assert_eq!(before[1..], after[1..], "the other nodes are unchanged");
+    assert!(after[0].1 < before[0].1, "all-SYS scores below NVLink: {:?} -> {:?}", before[0], after[0]);
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_node_field_outside_what_weft_reads_is_echoed_even_when_k8s_openapi_would_refuse_its_type() {
+    let t = common::a100_nvswitch("n1");
+    let mut node = common::kube_node_json("n1", 1, "a100", 8, 0, &weft_topology::inventory::to_json(&t));
+    // A field whose type changed in a newer API (k8s-openapi expects a bool here).
+    node["spec"]["unschedulable"] = json!({"since": "2026-01-05T10:00:00Z"});
+    let server = TestServer::start(Arc::new(InMemoryView::new()), ExtenderConfig::default()).await;
+    let body = common::args_with_nodes(common::pending_pod_json("p", 2), vec![node.clone()]);
+    let (status, text) = post(&format!("{}/filter", server.base), &body).await;
+    assert_eq!(status, 200, "{text}");
+    let result: ExtenderFilterResult = serde_json::from_str(&text).unwrap();
+    assert_eq!(serde_json::from_str::<Value>(result.nodes.unwrap().items[0].raw_json()).unwrap(), node);
+    let (status, text) = post(&format!("{}/prioritize", server.base), &body).await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(scores(&text), vec![("n1".into(), expected_priority(&t, 2))]);
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_topology_annotation_that_is_not_a_string_is_refused_naming_the_node_and_the_annotation() {
+    let t = common::a100_nvswitch("n1");
+    let good = common::kube_node_json("n0", 0, "a100", 8, 0, &weft_topology::inventory::to_json(&t));
+    let mut bad = common::kube_node_json("n1", 1, "a100", 8, 0, "");
+    bad["metadata"]["annotations"][TOPOLOGY_ANNOTATION] = json!({"apiVersion": "weft.io/v1alpha1"});
+    let server = TestServer::start(Arc::new(InMemoryView::new()), ExtenderConfig::default()).await;
+    let body = common::args_with_nodes(common::pending_pod_json("p", 2), vec![good, bad]);
+    let (status, text) = post(&format!("{}/prioritize", server.base), &body).await;
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("Nodes.items[1]"), "{text}");
+    assert!(text.contains("metadata.annotations.weft.io/gpu-topology: expected a string"), "{text}");
     server.stop().await.unwrap();
 }

@@ -133,7 +133,7 @@ fn wire_node_echoes_fields_unknown_to_k8s_openapi() {
     assert_eq!(wn.name(), "n1");
     let back: Value = serde_json::from_str(&serde_json::to_string(&wn).unwrap()).unwrap();
     assert_eq!(back, node, "the node goes back exactly as it came");
-    let typed = WireNode::from_node(wn.node().clone()).unwrap();
+    let typed = WireNode::from_node(wn.to_node().unwrap()).unwrap();
     assert_eq!(typed, wn);
 }
 
@@ -161,4 +161,20 @@ fn binding_args_and_result_as_go_writes_and_reads_them() {
     assert_eq!(serde_json::to_string(&ExtenderBindingResult::default()).unwrap(), r#"{"Error":""}"#);
     let failed: ExtenderBindingResult = serde_json::from_str(r#"{"Error":"node full"}"#).unwrap();
     assert_eq!(failed.error, "node full");
+}
+
+#[test]
+fn a_wire_node_reads_its_name_version_and_topology_annotation_and_nothing_else() {
+    use weft_extender::cache::Annotation;
+    let t = common::a100_nvswitch("n1");
+    let text = weft_topology::inventory::to_json(&t);
+    let wn: WireNode = serde_json::from_str(&common::node_json("n1", Some(&t), 8).to_string()).unwrap();
+    let key = wn.key();
+    assert_eq!((key.name, key.resource_version), ("n1", Some("1001")));
+    let Some(Annotation::Json(literal)) = key.annotation else { panic!("the annotation is kept as JSON") };
+    assert_eq!(serde_json::from_str::<String>(literal).unwrap(), text);
+    let bare: WireNode = serde_json::from_str(&common::node_json("n2", None, 8).to_string()).unwrap();
+    assert!(bare.key().annotation.is_none());
+    let nameless: WireNode = serde_json::from_str(r#"{"spec":{}}"#).unwrap();
+    assert_eq!((nameless.name(), nameless.key().resource_version), ("", None));
 }

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -157,4 +157,103 @@ pub async fn post_raw(url: &str, body: Vec<u8>, headers: &[(&str, &str)]) -> (u1
     let resp = req.send().await.unwrap();
     let status = resp.status().as_u16();
     (status, resp.text().await.unwrap())
+}
+
+/// A GPU node as kube-scheduler's informer holds it and sends it in `Nodes` (node `i` of a cluster,
+/// GPU `product`, `gpus` GPUs and `vfs` SR-IOV VFs): the labels GPU feature discovery, NFD and the
+/// cloud set, capacity and allocatable, the four conditions, addresses, node info, images, runtime
+/// handlers, a taint, and weft's topology `annotation` (text) beside other annotations.
+pub fn kube_node_json(name: &str, i: usize, product: &str, gpus: usize, vfs: usize, annotation: &str) -> Value {
+    let ip = format!("10.{}.{}.{}", 16 + i / 65_536, (i / 256) % 256, i % 256);
+    let images: Vec<Value> = [
+        ("nvcr.io/nvidia/pytorch", "24.01-py3", 9_654_321_987u64),
+        ("nvcr.io/nvidia/tritonserver", "24.01-py3", 7_123_456_789),
+        ("nvcr.io/nvidia/k8s/dcgm-exporter", "3.3.5-3.4.0-ubuntu22.04", 343_211_222),
+        ("nvcr.io/nvidia/k8s-device-plugin", "v0.15.0", 129_845_331),
+        ("nvcr.io/nvidia/gpu-feature-discovery", "v0.8.2", 88_123_456),
+        ("registry.k8s.io/kube-proxy", "v1.34.1", 30_123_456),
+        ("ghcr.io/weft/weft", "0.9.0", 41_234_567),
+        ("docker.io/calico/node", "v3.27.2", 117_654_321),
+        ("docker.io/calico/cni", "v3.27.2", 93_456_789),
+        ("registry.k8s.io/pause", "3.10", 320_368),
+    ]
+    .iter()
+    .enumerate()
+    .map(|(k, (repo, tag, size))| {
+        json!({"names": [format!("{repo}@sha256:{:064x}", (i as u128 + 1) * 0x9E37_79B9 + k as u128),
+                         format!("{repo}:{tag}")], "sizeBytes": size})
+    })
+    .collect();
+    let mut resources = json!({"cpu": "128", "memory": "2113123456Ki", "ephemeral-storage": "3750000000Ki",
+        "hugepages-1Gi": "0", "hugepages-2Mi": "0", "pods": "110", "nvidia.com/gpu": gpus.to_string()});
+    if vfs > 0 {
+        resources["sriov.weft.io/fabric"] = json!(vfs.to_string());
+    }
+    let mut allocatable = resources.clone();
+    allocatable["cpu"] = json!("126");
+    allocatable["memory"] = json!("2092123456Ki");
+    let condition = |kind: &str, status: &str, reason: &str, message: &str| {
+        json!({"type": kind, "status": status, "lastHeartbeatTime": "2026-01-05T10:55:12Z",
+            "lastTransitionTime": "2026-01-02T08:14:40Z", "reason": reason, "message": message})
+    };
+    json!({
+        "metadata": {
+            "name": name, "uid": format!("4c1d2e3f-{i:04x}-4a5b-8c7d-{:012x}", i * 7919),
+            "resourceVersion": format!("{}", 81_000_000 + i), "creationTimestamp": "2026-01-02T08:12:03Z",
+            "labels": {
+                "beta.kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                "node.kubernetes.io/instance-type": product,
+                "topology.kubernetes.io/region": "eu-west-4", "topology.kubernetes.io/zone": format!("eu-west-4{}", ["a", "b", "c"][i % 3]),
+                "nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": product,
+                "nvidia.com/gpu.count": gpus.to_string(), "nvidia.com/gpu.memory": "81920",
+                "nvidia.com/gpu.family": "ampere", "nvidia.com/gpu.machine": product,
+                "nvidia.com/gpu.compute.major": "8", "nvidia.com/gpu.compute.minor": "0",
+                "nvidia.com/cuda.driver.major": "550", "nvidia.com/cuda.driver.minor": "54",
+                "nvidia.com/cuda.driver.rev": "15", "nvidia.com/cuda.runtime.major": "12",
+                "nvidia.com/cuda.runtime.minor": "4", "nvidia.com/mig.capable": "false",
+                "nvidia.com/gfd.timestamp": "1767341234",
+                "feature.node.kubernetes.io/cpu-model.vendor_id": "AMD",
+                "feature.node.kubernetes.io/kernel-version.full": "6.8.0-45-generic",
+                "feature.node.kubernetes.io/pci-10de.present": "true",
+                "feature.node.kubernetes.io/pci-15b3.present": "true",
+                "feature.node.kubernetes.io/network-sriov.capable": "true",
+                "weft.io/cpu-management": "enabled"
+            },
+            "annotations": {
+                "node.alpha.kubernetes.io/ttl": "0",
+                "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+                "kubeadm.alpha.kubernetes.io/cri-socket": "unix:///run/containerd/containerd.sock",
+                "csi.volume.kubernetes.io/nodeid": format!("{{\"csi.example.com\":\"{name}\"}}"),
+                "nfd.node.kubernetes.io/feature-labels": "cpu-model.vendor_id,kernel-version.full,pci-10de.present,pci-15b3.present,network-sriov.capable",
+                "projectcalico.org/IPv4Address": format!("{ip}/16"),
+                weft_record::TOPOLOGY_ANNOTATION: annotation
+            }
+        },
+        "spec": {
+            "podCIDR": format!("10.244.{}.0/24", i % 256), "podCIDRs": [format!("10.244.{}.0/24", i % 256)],
+            "providerID": format!("metal://{name}"),
+            "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+        },
+        "status": {
+            "capacity": resources, "allocatable": allocatable,
+            "conditions": [
+                condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+                condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+                condition("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+                condition("Ready", "True", "KubeletReady", "kubelet is posting ready status")],
+            "addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": name}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "nodeInfo": {"machineID": format!("{:032x}", i * 104_729), "systemUUID": format!("{:08x}-1c2d-3e4f-5a6b-7c8d9e0f1a2b", i),
+                "bootID": format!("{:08x}-aaaa-4bbb-8ccc-dddddddddddd", i), "kernelVersion": "6.8.0-45-generic",
+                "osImage": "Ubuntu 22.04.4 LTS", "containerRuntimeVersion": "containerd://1.7.22",
+                "kubeletVersion": "v1.34.1", "kubeProxyVersion": "", "operatingSystem": "linux",
+                "architecture": "amd64"},
+            "images": images,
+            "runtimeHandlers": [{"name": "nvidia", "features": {"recursiveReadOnlyMounts": true, "userNamespaces": true}},
+                {"name": "runc", "features": {"recursiveReadOnlyMounts": true, "userNamespaces": true}},
+                {"name": "", "features": {"recursiveReadOnlyMounts": true, "userNamespaces": true}}],
+            "features": {"supplementalGroupsPolicy": true}
+        }
+    })
 }
