@@ -70,6 +70,19 @@ pub enum OptimumError {
         /// What is wrong.
         message: String,
     },
+    /// A checked placement holds more pods than the bound: the program or the solver is wrong.
+    #[error(
+        "internal contradiction: a placement of {found} pods passed the check, above the {} of {bound}",
+        kind.name()
+    )]
+    Inconsistent {
+        /// The bound.
+        bound: usize,
+        /// Its kind.
+        kind: BoundKind,
+        /// Pods of the checked placement.
+        found: usize,
+    },
     /// The program would be larger than [`MAX_VARIABLES`].
     #[error("the optimum program would have {variables} pod-node variables (at most {limit}): use fewer nodes or pods")]
     TooLarge {
@@ -245,10 +258,15 @@ pub fn checked_instants(pods: &[SimPod]) -> Vec<Vec<usize>> {
 
 /// Build the program for `pods` on `cluster` (see the module docs).
 pub fn build_program(cluster: &Cluster, pods: &[SimPod]) -> Result<Program, OptimumError> {
+    Ok(build(cluster, pods)?.0)
+}
+
+fn build(cluster: &Cluster, pods: &[SimPod]) -> Result<(Program, Counts), OptimumError> {
     if cluster.nodes.is_empty() {
         return Err(SimError::EmptyCluster.into());
     }
-    let Counts { pods: needs, types: caps } = needs(cluster, pods)?;
+    let counts = needs(cluster, pods)?;
+    let (needs, caps) = (&counts.pods, &counts.types);
     let node_type = |n: usize| cluster.nodes[n].node_type;
     let fits_type: Vec<Vec<bool>> = needs.iter().map(|p| caps.iter().map(|c| fits(p, c)).collect()).collect();
     let placeable = fits_type.iter().filter(|f| f.iter().any(|&x| x)).count();
@@ -326,7 +344,7 @@ pub fn build_program(cluster: &Cluster, pods: &[SimPod]) -> Result<Program, Opti
             }
         }
     }
-    Ok(program)
+    Ok((program, counts))
 }
 
 /// Whether a placement (per pod: its node or None) keeps every node's GPU and per-physnet VF counts
@@ -354,6 +372,42 @@ pub fn placement_fits(cluster: &Cluster, pods: &[SimPod], placement: &[Option<us
     Ok(true)
 }
 
+/// A best-fit placement: pods in stream order, each on the node that fits it (by counts) with the
+/// fewest free GPUs, ties to the lower node.
+fn best_fit(cluster: &Cluster, counts: &Counts, pods: &[SimPod]) -> Vec<Option<usize>> {
+    let node_type = |n: usize| cluster.nodes[n].node_type;
+    let mut free_gpus: Vec<usize> = (0..cluster.nodes.len()).map(|n| counts.types[node_type(n)].gpus).collect();
+    let mut free_vfs: Vec<Vec<usize>> =
+        (0..cluster.nodes.len()).map(|n| counts.types[node_type(n)].vfs.clone()).collect();
+    let mut placement: Vec<Option<usize>> = vec![None; pods.len()];
+    let mut running: Vec<usize> = Vec::new();
+    for (q, pod) in pods.iter().enumerate() {
+        running.retain(|&p| {
+            let stays = pods[p].arrival + pods[p].duration > pod.arrival;
+            if !stays && let Some(n) = placement[p] {
+                free_gpus[n] += counts.pods[p].gpus;
+                for (f, v) in free_vfs[n].iter_mut().zip(&counts.pods[p].vfs) {
+                    *f += v;
+                }
+            }
+            stays
+        });
+        let need = &counts.pods[q];
+        let best = (0..cluster.nodes.len())
+            .filter(|&n| free_gpus[n] >= need.gpus && free_vfs[n].iter().zip(&need.vfs).all(|(f, v)| f >= v))
+            .min_by_key(|&n| (free_gpus[n], n));
+        if let Some(n) = best {
+            free_gpus[n] -= need.gpus;
+            for (f, v) in free_vfs[n].iter_mut().zip(&need.vfs) {
+                *f -= v;
+            }
+            placement[q] = Some(n);
+            running.push(q);
+        }
+    }
+    placement
+}
+
 fn problem(program: &Program, integral: bool) -> (Problem, Vec<Variable>) {
     let mut problem = Problem::new(OptimizationDirection::Maximize);
     let mut vars: Vec<Variable> = program
@@ -377,7 +431,7 @@ fn floor_bound(x: f64) -> usize {
 /// The upper bound on pods placed (see the module docs).
 pub fn placed_bound(cluster: &Cluster, pods: &[SimPod], options: &OptimumOptions) -> Result<PlacedBound, OptimumError> {
     let started = Instant::now();
-    let program = build_program(cluster, pods)?;
+    let (program, counts) = build(cluster, pods)?;
     let mut result = PlacedBound {
         pods: pods.len(),
         placeable: program.placeable,
@@ -400,13 +454,21 @@ pub fn placed_bound(cluster: &Cluster, pods: &[SimPod], options: &OptimumOptions
     solve_options.time_limit = Some(options.time_limit);
     // The objective counts pods: a bound less than one pod above the incumbent settles it.
     solve_options.mip_gap = 0.5 / (program.vars.len() as f64 + 1.0);
+    // A best-fit placement, checked like the solver's: the optimum is at least its count. (Handed
+    // to the search as a warm start it made the search's own placements worse and the bound no
+    // better on the default instances, so it only sets the floor.)
+    let start = best_fit(cluster, &counts, pods);
+    if placement_fits(cluster, pods, &start)? {
+        result.best_found = Some(start.iter().filter(|n| n.is_some()).count());
+    }
     let mut mip_bound = None;
     match mip.solve_with(solve_options) {
         Ok(SolveOutcome::Solution(s)) => {
             let chosen: Vec<bool> = vars[..program.vars.len()].iter().map(|&v| s.var_value(v) > 0.5).collect();
             let placement = placement_of(&program, pods.len(), &chosen);
             if placement_fits(cluster, pods, &placement)? {
-                result.best_found = Some(placement.iter().filter(|n| n.is_some()).count());
+                let found = placement.iter().filter(|n| n.is_some()).count();
+                result.best_found = result.best_found.max(Some(found));
             }
             mip_bound = s.stats().best_bound.map(floor_bound);
         }
@@ -438,8 +500,11 @@ pub fn placed_bound(cluster: &Cluster, pods: &[SimPod], options: &OptimumOptions
         }
     }
     if let Some(found) = result.best_found {
-        // A checked placement of `found` pods exists: the bound cannot be below it.
-        result.bound = result.bound.max(found);
+        // A placement of `found` pods passed the independent check: a bound below it is wrong
+        // (the program or the solver), and no number of this instance can be trusted.
+        if found > result.bound {
+            return Err(OptimumError::Inconsistent { bound: result.bound, kind: result.kind, found });
+        }
         if found == result.bound {
             result.kind = BoundKind::Optimal;
         }

@@ -15,7 +15,7 @@ use weft_sim::{Cluster, ClusterSpec, Generate, NodeTypeSpec, PlacementPolicy, Si
 fn cluster(types: Vec<NodeTypeSpec>) -> Cluster {
     ClusterSpec { api_version: weft_sim::API_VERSION.into(), kind: "SimCluster".into(), node_types: types }
         .build(None)
-        .unwrap()
+        .expect("the test cluster builds")
 }
 
 fn with_vfs(name: &str, count: usize, vfs_per_nic: usize) -> NodeTypeSpec {
@@ -36,7 +36,7 @@ fn options() -> OptimumOptions {
 }
 
 fn placed(cluster: &Cluster, pods: &[SimPod], policy: PlacementPolicy) -> usize {
-    run_policy(cluster, pods, policy, &ScoreConfig::default(), 1, &mut |_| {}).unwrap().placed
+    run_policy(cluster, pods, policy, &ScoreConfig::default(), 1, &mut |_| {}).expect("the policy runs").placed
 }
 
 /// Two 8-GPU nodes. A 1-GPU pod arrives first and stays; an 8-GPU pod takes the other node; two
@@ -100,6 +100,9 @@ fn the_checked_instants_are_the_largest_running_sets() {
     ];
     // p1 leaves before p3 arrives: {0, 1, 2} is checked; p3 leaves only after p4 arrives.
     assert_eq!(checked_instants(&pods), vec![vec![0, 1, 2], vec![0, 2, 3, 4]]);
+    // A pod that ends at the next arrival has left by then: two instants, not one.
+    let back_to_back = vec![pod(0, 1, 0, 0.0, 5.0), pod(1, 1, 0, 5.0, 5.0)];
+    assert_eq!(checked_instants(&back_to_back), vec![vec![0], vec![1]]);
     assert!(checked_instants(&[]).is_empty());
 }
 
@@ -140,7 +143,7 @@ fn exhaustive(cluster: &Cluster, pods: &[SimPod]) -> usize {
             })
             .collect();
         let count = placement.iter().filter(|n| n.is_some()).count();
-        if count > best && placement_fits(cluster, pods, &placement).unwrap() {
+        if count > best && placement_fits(cluster, pods, &placement).expect("the stream is valid") {
             best = count;
         }
     }
