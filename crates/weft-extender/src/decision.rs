@@ -4,6 +4,7 @@
 //! directly.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use fnv::FnvHashMap;
 use std::time::Instant;
@@ -251,7 +252,7 @@ pub struct NodeScore {
     pub score: i64,
     /// weft-alloc's fit (score 1..=100 and the GPU set) when the node was scored; for a pod that
     /// asks for VFs too, its score is the joint score.
-    pub fit: Option<NodeFit>,
+    pub fit: Option<Arc<NodeFit>>,
     /// Why the node got this score when it was not scored from its topology.
     pub reason: Option<String>,
 }
@@ -322,7 +323,7 @@ pub fn prioritize_until(
 }
 
 /// A kind of node's GPU fit in one request: the topology it was made for, and the fit.
-type KindFit<'a> = (&'a PreparedNode, Result<NodeFit, String>);
+type KindFit<'a> = (&'a PreparedNode, Result<Arc<NodeFit>, String>);
 
 /// Scores the candidates for a pod asking for `ask`, as [`prioritize`] does for GPUs, with VFs:
 ///
@@ -392,7 +393,7 @@ pub fn prioritize_pod_until(
                         Some((_, fit)) => fit.clone(),
                         None => {
                             let fit = cache.score(prepared, &node.free(), count, &cfg.score_config);
-                            let fit = fit.map_err(|e| e.to_string());
+                            let fit = fit.map(Arc::new).map_err(|e| e.to_string());
                             kinds.push((prepared, fit.clone()));
                             fit
                         }
@@ -405,7 +406,7 @@ pub fn prioritize_pod_until(
                                 let key =
                                     (prepared.fingerprint(), used & mask(prepared.len()), vf_signature(&v, &ask.vfs));
                                 let gpu_score = fit.score;
-                                fit.score = *joint.entry(key).or_insert_with(|| {
+                                Arc::make_mut(&mut fit).score = *joint.entry(key).or_insert_with(|| {
                                     // The filter's counts guarantee the VFs; a failure leaves the GPU score.
                                     decide(prepared, v.topology, &free, &|a| v.is_free(a), count, &ask.vfs, &[])
                                         .map_or(gpu_score, |choice| joint_score(gpu_score, &choice))

@@ -244,7 +244,10 @@ impl ExtenderState {
 
     /// [`ExtenderState::filter`] that gives up once `deadline` passes.
     pub fn filter_until(&self, mut args: ExtenderArgs, deadline: Deadline) -> Result<ExtenderFilterResult, Expired> {
-        let (request, candidates) = match self.candidates(&args, deadline) {
+        // The names are moved through the decision into the answer, not copied.
+        let by_names = args.node_names.is_some();
+        let names = if args.nodes.is_none() { args.node_names.take() } else { None };
+        let (request, candidates) = match self.candidates(&args, names, deadline) {
             Ok(c) => c,
             Err(ExtenderError::Expired(e)) => return Err(e),
             Err(e) => {
@@ -271,14 +274,6 @@ impl ExtenderState {
                 }
             }
         }
-        let pass_names = || candidates.iter().zip(&passed).filter(|(_, p)| **p).map(|(c, _)| c.name.clone()).collect();
-        if let Some(list) = args.nodes.take() {
-            let items = list.items.into_iter().zip(&passed).filter(|(_, p)| **p).map(|(n, _)| n).collect();
-            result.nodes = Some(NodeList { metadata: list.metadata, items });
-        }
-        if args.node_names.is_some() {
-            result.node_names = Some(pass_names());
-        }
         tracing::debug!(
             pod = %args.pod.as_ref().map(PodRef::of).unwrap_or_default(),
             gpus = request.gpus,
@@ -287,6 +282,14 @@ impl ExtenderState {
             passed = passed.iter().filter(|p| **p).count(),
             "filter"
         );
+        if let Some(list) = args.nodes.take() {
+            let items = list.items.into_iter().zip(&passed).filter(|(_, p)| **p).map(|(n, _)| n).collect();
+            result.nodes = Some(NodeList { metadata: list.metadata, items });
+        }
+        if by_names {
+            let pass = candidates.into_iter().zip(&passed).filter(|(_, p)| **p).map(|(c, _)| c.name);
+            result.node_names = Some(pass.collect());
+        }
         Ok(result)
     }
 
@@ -303,7 +306,19 @@ impl ExtenderState {
         with_reasons: bool,
         deadline: Deadline,
     ) -> Result<HostPriorityList, ExtenderError> {
-        let (request, candidates) = self.candidates(args, deadline)?;
+        self.prioritize_names(args, None, with_reasons, deadline)
+    }
+
+    /// [`ExtenderState::prioritize_until`] over a request whose `NodeNames` the caller took out
+    /// (`names`), so that they are moved into the answer rather than copied.
+    fn prioritize_names(
+        &self,
+        args: &ExtenderArgs,
+        names: Option<Vec<String>>,
+        with_reasons: bool,
+        deadline: Deadline,
+    ) -> Result<HostPriorityList, ExtenderError> {
+        let (request, candidates) = self.candidates(args, names, deadline)?;
         let scores = {
             let mut cache = self.scores.lock().unwrap_or_else(PoisonError::into_inner);
             decision::prioritize_pod_until(&request, &states(&candidates), &self.cfg, &mut cache, deadline)?
@@ -321,14 +336,21 @@ impl ExtenderState {
     }
 
     /// What the pod asks for and the candidates with their topology and GPUs and VFs in use.
-    fn candidates(&self, args: &ExtenderArgs, deadline: Deadline) -> Result<(PodAsk, Vec<Candidate>), ExtenderError> {
+    /// `taken`: the request's `NodeNames`, when the caller took them out of `args`.
+    fn candidates(
+        &self,
+        args: &ExtenderArgs,
+        taken: Option<Vec<String>>,
+        deadline: Deadline,
+    ) -> Result<(PodAsk, Vec<Candidate>), ExtenderError> {
         let pod = args.pod.as_ref().ok_or(ExtenderError::NoPod)?;
         let request = PodAsk::of(pod, &self.cfg.resource_name)
             .map_err(|error| ExtenderError::BadRequest { pod: Box::new(PodRef::of(pod)), error: Box::new(error) })?;
-        let names: Vec<String> = match (&args.nodes, &args.node_names) {
-            (Some(list), _) => list.items.iter().map(|n| n.name().to_string()).collect(),
-            (None, Some(names)) => names.clone(),
-            (None, None) => return Err(ExtenderError::NoNodes),
+        let names: Vec<String> = match (&args.nodes, taken, &args.node_names) {
+            (Some(list), _, _) => list.items.iter().map(|n| n.name().to_string()).collect(),
+            (None, Some(names), _) => names,
+            (None, None, Some(names)) => names.clone(),
+            (None, None, None) => return Err(ExtenderError::NoNodes),
         };
         if names.len() > self.cfg.max_nodes_per_request {
             return Err(ExtenderError::TooManyNodes { nodes: names.len(), max: self.cfg.max_nodes_per_request });
@@ -769,7 +791,9 @@ async fn prioritize_inner(state: Arc<ExtenderState>, headers: HeaderMap, body: B
     let decided = decide(state, headers, body, move |st, body, deadline| {
         let args = read_extender_args(st, body, "prioritize")?
             .map_err(|e| Failure(StatusCode::BAD_REQUEST, format!("prioritize: {e}")))?;
-        match st.prioritize_until(&args, with_reasons, deadline) {
+        let mut args = args;
+        let names = if args.nodes.is_none() { args.node_names.take() } else { None };
+        match st.prioritize_names(&args, names, with_reasons, deadline) {
             Ok(list) => Ok(encode(&list)?),
             Err(ExtenderError::Expired(_)) => Err(Unanswered::TimedOut),
             Err(e) => {
