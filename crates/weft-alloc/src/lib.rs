@@ -19,7 +19,7 @@ use weft_topology::NodeTopology;
 
 pub use besteffort::{BestEffortOptions, Solution, TopPruning};
 pub use error::AllocError;
-pub use score::{NodeFit, ScoreCache, ScoreConfig, SetQuality, score_node, stranded_gpus};
+pub use score::{NodeFit, ScoreCache, ScoreConfig, SetQuality, choose_set, score_node, stranded_gpus};
 pub use static_policy::StaticTable;
 
 /// Most GPUs one node (or one NVLink domain modelled as a node) may have: GPU sets are `u128` masks.

@@ -40,7 +40,7 @@ use serde::{Deserialize, Serialize};
 use crate::{AllocError, PreparedNode, Request};
 
 /// What the affinity term measures of a GPU set.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SetQuality {
     /// The bandwidth of the set's best ring, its slowest hop ([`ring_affinity`]): what a ring
@@ -100,7 +100,7 @@ pub struct NodeFit {
 /// duplicate GPUs.
 pub fn score_node(node: &PreparedNode, free: &[usize], count: usize, cfg: &ScoreConfig) -> Result<NodeFit, AllocError> {
     let free_mask = free_mask(node, free, count)?;
-    let (gpus, set_score) = best_set(node, free_mask, count)?;
+    let (gpus, set_score) = best_set(node, free_mask, count, cfg.set_quality)?;
     let ring = ring_gbps(node, &gpus);
     Ok(fit(node, free_mask, gpus, set_score, ring, count, cfg))
 }
@@ -131,10 +131,102 @@ fn free_mask(node: &PreparedNode, free: &[usize], count: usize) -> Result<u128, 
 }
 
 /// Best-effort set over the free mask (ascending order).
-fn best_set(node: &PreparedNode, free_mask: u128, count: usize) -> Result<(Vec<usize>, u32), AllocError> {
+fn best_set(
+    node: &PreparedNode,
+    free_mask: u128,
+    count: usize,
+    quality: SetQuality,
+) -> Result<(Vec<usize>, u32), AllocError> {
     let sorted: Vec<usize> = (0..node.len()).filter(|&g| free_mask >> g & 1 == 1).collect();
-    let a = crate::besteffort::allocate(node, &Request { count, available: &sorted, required: &[] })?;
+    let a = choose_set(node, &sorted, count, quality)?;
     Ok((a.gpus, a.set_score))
+}
+
+/// Most candidate sets (`count`-subsets of the free GPUs) [`choose_set`] searches for a faster
+/// ring; with more, the best-effort set stands.
+pub const MAX_RING_CANDIDATES: usize = 4096;
+
+/// The GPU set for `count` GPUs among `available` (the tie-break order, as in [`Request`]).
+///
+/// - [`SetQuality::PairScore`]: the best-effort set (go-gpuallocator's objective), unchanged.
+/// - [`SetQuality::Ring`]: the best-effort set, unless another set of the same size has a faster
+///   best ring (its slowest hop, [`PreparedNode::ring`]). Then the set with the fastest ring wins;
+///   among those, the highest pair score, then the fewest GPUs stranded among those left
+///   ([`stranded_gpus`]), then the earliest in `available`. Every `count`-subset is tried (the
+///   answer is exact) when there are at most [`MAX_RING_CANDIDATES`]; beyond that the best-effort
+///   set stands. A set chosen for its ring carries its pair score as its objective and
+///   [`crate::Optimality::Exact`]: it is the exact optimum of the ring-first order.
+///
+/// Where the best-effort set already has the fastest ring it is returned as is, so go-gpuallocator's
+/// packing of what is left decides among the sets a job cannot tell apart.
+pub fn choose_set(
+    node: &PreparedNode,
+    available: &[usize],
+    count: usize,
+    quality: SetQuality,
+) -> Result<crate::Allocation, AllocError> {
+    let base = crate::besteffort::allocate(node, &Request { count, available, required: &[] })?;
+    if quality == SetQuality::PairScore || count < 2 || !fits_search(available.len(), count) {
+        return Ok(base);
+    }
+    let ring_of = |set: &[usize]| node.ring(set).map_or(0.0, |r| r.gbps);
+    let base_ring = ring_of(&base.gpus);
+    let free_mask = available.iter().fold(0u128, |m, &g| m | 1u128 << g);
+    // (ring, set score, -stranded) of the best so far, and the set.
+    let mut best: Option<((f64, u32, i64), Vec<usize>)> = None;
+    let mut pick = vec![0usize; count];
+    for_each_subset(available.len(), count, &mut pick, &mut |positions| {
+        let set: Vec<usize> = positions.iter().map(|&i| available[i]).collect();
+        let ring = ring_of(&set);
+        if ring <= base_ring || best.as_ref().is_some_and(|(k, _)| ring < k.0) {
+            return;
+        }
+        let taken = set.iter().fold(0u128, |m, &g| m | 1u128 << g);
+        let key = (ring, node.set_score(&set), -(stranded_gpus(node, free_mask & !taken) as i64));
+        if best.as_ref().is_none_or(|(k, _)| key.0 > k.0 || (key.0 == k.0 && (key.1, key.2) > (k.1, k.2))) {
+            best = Some((key, set));
+        }
+    });
+    Ok(match best {
+        None => base,
+        Some(((_, set_score, _), mut gpus)) => {
+            gpus.sort_unstable();
+            crate::Allocation { gpus, set_score, objective: u64::from(set_score), optimality: crate::Optimality::Exact }
+        }
+    })
+}
+
+/// Whether C(n, k) ≤ [`MAX_RING_CANDIDATES`] (and k ≤ n).
+fn fits_search(n: usize, k: usize) -> bool {
+    if k > n {
+        return false;
+    }
+    let mut c: u128 = 1;
+    for i in 0..k.min(n - k) {
+        // C(n, i + 1) = C(n, i) · (n − i) / (i + 1), exact at every step.
+        c = c * (n - i) as u128 / (i + 1) as u128;
+        if c > MAX_RING_CANDIDATES as u128 {
+            return false;
+        }
+    }
+    true
+}
+
+/// Calls `f` with every `k`-subset of `0..n` as ascending positions, in lexicographic order.
+fn for_each_subset(n: usize, k: usize, pick: &mut [usize], f: &mut dyn FnMut(&[usize])) {
+    fn go(start: usize, depth: usize, n: usize, pick: &mut [usize], f: &mut dyn FnMut(&[usize])) {
+        if depth == pick.len() {
+            f(pick);
+            return;
+        }
+        for i in start..=n - (pick.len() - depth) {
+            pick[depth] = i;
+            go(i + 1, depth + 1, n, pick, f);
+        }
+    }
+    if k <= n {
+        go(0, 0, n, pick, f);
+    }
 }
 
 /// The affinity term for a set of `count` GPUs with pair-score sum `set_score`.
@@ -187,7 +279,7 @@ pub fn stranded_gpus(node: &PreparedNode, free_mask: u128) -> usize {
 #[derive(Debug)]
 struct TopologySlot {
     node: PreparedNode,
-    fits: FxHashMap<(u128, usize), (Vec<usize>, u32, f64)>,
+    fits: FxHashMap<(u128, usize, SetQuality), (Vec<usize>, u32, f64)>,
 }
 
 /// A cache of best-effort results for [`score_node`], keyed by (topology, free mask, q).
@@ -230,7 +322,7 @@ impl ScoreCache {
         cfg: &ScoreConfig,
     ) -> Result<NodeFit, AllocError> {
         let free_mask = free_mask(node, free, count)?;
-        let key = (free_mask, count);
+        let key = (free_mask, count, cfg.set_quality);
         let slots = self.topologies.entry(node.fingerprint()).or_default();
         let idx = match slots.iter().position(|s| s.node.same_topology(node)) {
             Some(i) => i,
@@ -244,7 +336,7 @@ impl ScoreCache {
             return Ok(fit(node, free_mask, gpus.clone(), *set_score, *ring, count, cfg));
         }
         self.misses += 1;
-        let (gpus, set_score) = best_set(node, free_mask, count)?;
+        let (gpus, set_score) = best_set(node, free_mask, count, cfg.set_quality)?;
         let ring = ring_gbps(node, &gpus);
         if self.entries >= self.capacity {
             self.clear_entries();

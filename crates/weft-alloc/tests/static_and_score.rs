@@ -320,3 +320,34 @@ fn cache_capacity_bounds_its_size() {
     assert!(cache.is_empty());
     assert_eq!(cache.topologies(), 0);
 }
+
+/// Best-effort maximises the pair-score sum and takes a set with a cross-socket hop (two NV3 pairs
+/// and one SYS pair sum higher than an NV3 pair and two NV1 pairs); the ring quality takes the set
+/// whose every hop is NVLink, and go-gpuallocator's choice stays one flag away.
+#[test]
+fn the_ring_quality_trades_pair_score_for_a_set_without_a_slow_hop() {
+    let sys = PairLink { pcie: Some(PcieRelation::Sys), nvlinks: 0 };
+    let nv = |n| PairLink { pcie: Some(PcieRelation::Sys), nvlinks: n };
+    let mut t = uniform_node("hop", 4, sys);
+    t.set_link(0, 1, nv(3));
+    t.set_link(0, 2, nv(3));
+    t.set_link(0, 3, nv(1));
+    t.set_link(1, 3, nv(1));
+    let node = prepared(&t);
+    let all = [0, 1, 2, 3];
+    let pair_score = ScoreConfig { set_quality: SetQuality::PairScore, ..ScoreConfig::default() };
+    let upstream = score_node(&node, &all, 3, &pair_score).unwrap();
+    assert_eq!(upstream.gpus, vec![0, 1, 2]);
+    assert_eq!(upstream.ring_gbps, 10.0, "its ring crosses the sockets");
+    let ring = score_node(&node, &all, 3, &ScoreConfig::default()).unwrap();
+    assert_eq!(ring.gpus, vec![0, 1, 3]);
+    assert_eq!(ring.ring_gbps, 25.0);
+    assert!(ring.set_score < upstream.set_score);
+    // The cache gives the same answers, each under its own quality.
+    let mut cache = ScoreCache::new();
+    assert_eq!(cache.score(&node, &all, 3, &pair_score).unwrap(), upstream);
+    assert_eq!(cache.score(&node, &all, 3, &ScoreConfig::default()).unwrap(), ring);
+    // Where best-effort's set already has the fastest ring it stands: of the two NV3 pairs, the one
+    // that leaves the NV1 pair 1–3 whole (go-gpuallocator's packing).
+    assert_eq!(score_node(&node, &all, 2, &ScoreConfig::default()).unwrap().gpus, vec![0, 2]);
+}

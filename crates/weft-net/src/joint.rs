@@ -1,7 +1,8 @@
 //! One decision for a pod's GPUs and VFs on one node, over the node's published topology: the
 //! scheduler extender makes it when it scores and binds, `weft simulate` when it places.
 //!
-//! 1. The GPU set is weft's best-effort set (go-gpuallocator's objective, exact).
+//! 1. The GPU set is weft's (`weft_alloc::choose_set` with the ring quality): the best-effort set
+//!    (go-gpuallocator's objective, exact) unless another set has a faster best ring.
 //! 2. The VFs of each physnet the pod asks for are chosen nearest that set ([`crate::choice`]).
 //! 3. When some chosen VF does not share a PCIe switch with the GPUs, the GPU sets of *equal*
 //!    best-effort quality (same set score and same packing objective) that hold a free GPU sharing
@@ -15,7 +16,7 @@
 
 use std::collections::BTreeMap;
 
-use weft_alloc::{AllocError, Allocation, Policy, PreparedNode, Request, allocate};
+use weft_alloc::{AllocError, Allocation, Policy, PreparedNode, Request, SetQuality, allocate, choose_set};
 use weft_topology::NodeTopology;
 
 use crate::choice::{ChoiceError, choose, near_enough, topology_candidates};
@@ -132,14 +133,19 @@ pub fn decide(
         let vfs = plan_vfs(node, vf_free, &[], ask)?;
         return Ok(JointChoice { gpus: Vec::new(), allocation: None, vfs });
     }
-    let base =
-        allocate(prepared, &Policy::BestEffort, &Request { count: gpu_count, available: free_gpus, required: &[] })?;
+    let base = choose_set(prepared, free_gpus, gpu_count, SetQuality::Ring)?;
     let base_plan = plan_vfs(node, vf_free, &base.gpus, ask)?;
     let near = |gpus: &[usize], plan: &VfPlan| plan.near_switch + fixed_near(node, fixed, gpus);
     let wanted = base_plan.count() + fixed.len();
     let mut best_near = near(&base.gpus, &base_plan);
     let mut best = JointChoice { gpus: base.gpus.clone(), allocation: Some(base.clone()), vfs: base_plan };
     if best_near == wanted {
+        return Ok(best);
+    }
+    // A set chosen for its faster ring has no equal among the best-effort sets tried below.
+    let best_effort =
+        allocate(prepared, &Policy::BestEffort, &Request { count: gpu_count, available: free_gpus, required: &[] })?;
+    if best_effort.gpus != base.gpus {
         return Ok(best);
     }
     // GPUs that share a switch with some free VF of an asked physnet or with a fixed VF, not

@@ -414,10 +414,14 @@ struct WeftIndex<'c> {
     positions: VfPositions<'c>,
     joint: FxHashMap<(usize, Free, usize), Option<(u8, Free)>>,
     groups: FxHashMap<(usize, Free), Group>,
-    ranking: Vec<BTreeSet<(u8, Reverse<u8>, u32, usize)>>,
+    ranking: Vec<BTreeSet<RankKey>>,
     /// Per node type: its VFs of every physnet the stream asks for.
     vf_union: Vec<u128>,
 }
+
+/// Where a group stands in a kind's ranking: [`spares_vfs`], the score (descending), its free GPUs
+/// and its lowest node; the least key is the answer.
+type RankKey = (u8, Reverse<u8>, u32, usize);
 
 /// Most joint fits [`WeftIndex`] keeps (about 80 bytes each); it starts over when full.
 const JOINT_CACHE_ENTRIES: usize = 1 << 20;
