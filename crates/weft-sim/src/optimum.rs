@@ -557,6 +557,9 @@ pub struct InstanceReport {
     pub vf_pods: usize,
     /// The bound.
     pub bound: PlacedBound,
+    /// The optimum is at least this: the most pods of the checked offline placement or of any
+    /// policy's run (each is a feasible placement).
+    pub optimum_at_least: usize,
     /// Each policy, in the order asked.
     pub policies: Vec<PolicyGap>,
 }
@@ -577,7 +580,9 @@ pub fn compare(
         let gap = if bound.bound == 0 { 0.0 } else { (bound.bound as f64 - r.placed as f64) / bound.bound as f64 };
         gaps.push(PolicyGap { policy: r.policy, placed: r.placed, gap });
     }
+    let optimum_at_least = gaps.iter().map(|g| g.placed).chain(bound.best_found).max().unwrap_or(0);
     Ok(InstanceReport {
+        optimum_at_least,
         seed,
         nodes: cluster.nodes.len(),
         gpus: cluster.total_gpus(),

@@ -8,7 +8,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use weft_alloc::ScoreConfig;
 use weft_sim::optimum::{
-    BoundKind, OptimumError, OptimumOptions, build_program, checked_instants, placed_bound, placement_fits,
+    BoundKind, OptimumError, OptimumOptions, build_program, checked_instants, compare, placed_bound, placement_fits,
 };
 use weft_sim::{Cluster, ClusterSpec, Generate, NodeTypeSpec, PlacementPolicy, SimError, SimPod, run_policy};
 
@@ -54,6 +54,10 @@ fn the_optimum_turns_away_a_small_pod_that_every_policy_admits() {
     for policy in PlacementPolicy::ALL {
         assert_eq!(placed(&c, &pods, policy), 2, "{}", policy.name());
     }
+    let r = compare(&c, &pods, &PlacementPolicy::ALL, &ScoreConfig::default(), 1, &options()).unwrap();
+    assert_eq!(r.optimum_at_least, 3);
+    let gaps: Vec<(&str, usize, f64)> = r.policies.iter().map(|p| (p.policy.as_str(), p.placed, p.gap)).collect();
+    assert_eq!(gaps, [("weft", 2, 1.0 / 3.0), ("blind", 2, 1.0 / 3.0), ("least-allocated", 2, 1.0 / 3.0)]);
 }
 
 /// One 4-GPU node with 2 VFs (one per NIC). A pod asking both VFs arrives first and stays; two

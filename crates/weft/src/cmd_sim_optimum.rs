@@ -58,11 +58,19 @@ fn print_table(reports: &[InstanceReport]) -> anyhow::Result<()> {
     outln!(
         "cluster: {} nodes, {} GPUs; bound: an upper bound on the pods any placement of the stream places \
          (optimal: the offline optimum; MIP bound: the search's proven bound at the time limit; LP bound: the \
-         linear relaxation's); gap: (bound - placed) / bound, at least the true gap to the optimum",
+         linear relaxation's); best found: the solver's or a best-fit offline placement; optimum ≥: that or the most any \
+         policy placed; gap: (bound - placed) / bound, at least the true gap to the optimum",
         first.nodes,
         first.gpus
     )?;
-    let mut header = vec!["seed".to_string(), "pods (VF)".into(), "bound".into(), "kind".into(), "best found".into()];
+    let mut header = vec![
+        "seed".to_string(),
+        "pods (VF)".into(),
+        "bound".into(),
+        "kind".into(),
+        "best found".into(),
+        "optimum ≥".into(),
+    ];
     for p in &first.policies {
         header.push(p.policy.clone());
         header.push(format!("{} gap", p.policy));
@@ -78,6 +86,7 @@ fn print_table(reports: &[InstanceReport]) -> anyhow::Result<()> {
             r.bound.bound.to_string(),
             r.bound.kind.name().to_string(),
             r.bound.best_found.map_or("-".to_string(), |b| b.to_string()),
+            r.optimum_at_least.to_string(),
         ];
         for (i, p) in r.policies.iter().enumerate() {
             row.push(p.placed.to_string());

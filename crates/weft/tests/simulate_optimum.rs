@@ -30,11 +30,13 @@ fn each_instance_has_a_bound_above_every_policy_and_their_gaps() {
         let bound = i["bound"]["bound"].as_u64().unwrap();
         assert!(["optimal", "mip-bound", "lp-bound", "trivial"].contains(&i["bound"]["kind"].as_str().unwrap()), "{i}");
         let policies = i["policies"].as_array().unwrap();
+        let at_least = i["optimumAtLeast"].as_u64().unwrap();
+        assert!(at_least <= bound, "{i}");
         let names: Vec<&str> = policies.iter().map(|p| p["policy"].as_str().unwrap()).collect();
         assert_eq!(names, ["weft", "blind", "least-allocated"]);
         for p in policies {
             let placed = p["placed"].as_u64().unwrap();
-            assert!(placed <= bound, "{i}");
+            assert!(placed <= at_least && at_least <= bound, "{i}");
             let gap = p["gap"].as_f64().unwrap();
             assert!((gap - (bound - placed) as f64 / bound as f64).abs() < 1e-9, "{p}");
         }
