@@ -275,11 +275,16 @@ pub fn stranded_gpus(node: &PreparedNode, free_mask: u128) -> usize {
         .count()
 }
 
+/// What a cached set is for: free GPUs, the count, the quality it was chosen under.
+type FitKey = (u128, usize, SetQuality);
+/// A cached set: its GPUs, pair score and best ring (GB/s).
+type CachedSet = (Vec<usize>, u32, f64);
+
 /// One topology's cached best-effort results.
 #[derive(Debug)]
 struct TopologySlot {
     node: PreparedNode,
-    fits: FxHashMap<(u128, usize, SetQuality), (Vec<usize>, u32, f64)>,
+    fits: FxHashMap<FitKey, CachedSet>,
 }
 
 /// A cache of best-effort results for [`score_node`], keyed by (topology, free mask, q).
