@@ -724,7 +724,7 @@ fn scan(
     };
     Ok(match policy {
         PlacementPolicy::Weft => {
-            let mut best: Option<((u8, Reverse<u8>, u32), usize, Free)> = None;
+            let mut best: Option<(RankKey, Free)> = None;
             for n in 0..cluster.nodes.len() {
                 if !fits(n) {
                     continue;
@@ -736,12 +736,12 @@ fn scan(
                 };
                 let stream_vfs = kinds.masks[type_of(n)].iter().fold(0, |a, b| a | b);
                 let class = spares_vfs(kinds, kind, state.free[n].vfs & stream_vfs);
-                let key = (class, Reverse(score), state.free[n].gpus.count_ones());
-                if best.as_ref().is_none_or(|(k, _, _)| key < *k) {
-                    best = Some((key, n, held));
+                let key = (class, Reverse(score), state.free[n].gpus.count_ones(), n);
+                if best.as_ref().is_none_or(|(k, _)| key < *k) {
+                    best = Some((key, held));
                 }
             }
-            best.map(|(_, n, held)| (n, held))
+            best.map(|((.., n), held)| (n, held))
         }
         PlacementPolicy::Blind => {
             let fitting: Vec<usize> = (0..cluster.nodes.len()).filter(|&n| fits(n)).collect();
