@@ -393,7 +393,7 @@ fn weft_fit(
 /// that still has VFs free (`free_vfs`: its free VFs of the physnets the stream asks for), else 0.
 /// Such a pod goes to a node whose VFs are all taken, or that has none, when one can take it, and
 /// only then to one of the nodes VF pods can use: GPUs beside free VFs are what VF pods are short
-/// of (measured in docs/simulate.md, "GPUs and VFs packed together"). Within a class the score and
+/// of (measured in docs/gpu-placement.md, "GPUs and VFs packed together"). Within a class the score and
 /// the fit decide as before.
 fn spares_vfs(kinds: &Kinds, kind: usize, free_vfs: u128) -> u8 {
     u8::from(!kinds.asks_vfs(kind) && free_vfs != 0)
