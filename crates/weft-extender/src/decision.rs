@@ -332,7 +332,11 @@ type KindFit<'a> = (&'a PreparedNode, Result<Arc<NodeFit>, String>);
 ///   for the VFs to sit near);
 /// - GPUs and VFs: the raw score is [`weft_net::joint::joint_score`] of the GPU score and the
 ///   joint decision's share of VFs under a GPU's PCIe switch, so among nodes equally good for the
-///   GPUs, the ones where GPUDirect RDMA pays come first.
+///   GPUs, the ones where GPUDirect RDMA pays come first;
+/// - GPUs and no VFs: when the fitting candidates include nodes with no VF free and nodes with VFs
+///   free, the first get 6–10 and the second 1–5 (each spread over its own raw scores): the GPUs
+///   beside free VFs are what pods asking VFs are short of (docs/gpu-placement.md, "GPUs and VFs
+///   packed together", the rule `weft simulate` measured).
 pub fn prioritize_pod_until(
     ask: &PodAsk,
     nodes: &[NodeState<'_>],
@@ -420,14 +424,40 @@ pub fn prioritize_pod_until(
             }
         });
     }
-    let raws = out.iter().filter_map(|s| s.fit.as_ref().map(|f| f.score));
-    let (lo, hi) = raws.fold((u8::MAX, u8::MIN), |(lo, hi), r| (lo.min(r), hi.max(r)));
-    for s in &mut out {
-        if let Some(fit) = &s.fit {
-            s.score = spread(fit.score, lo, hi);
+    // A pod that asks no VFs leaves the GPUs beside free VFs to the pods that need them: while some
+    // fitting node has no VF free, the nodes with VFs free rank below every one of them.
+    let spares: Vec<bool> = nodes
+        .iter()
+        .map(|n| match n {
+            NodeState::Known { vfs: Some(v), .. } => ask.vfs.is_empty() && has_free_vf(v),
+            _ => false,
+        })
+        .collect();
+    let tiered = out.iter().zip(&spares).any(|(s, &sp)| s.fit.is_some() && sp)
+        && out.iter().zip(&spares).any(|(s, &sp)| s.fit.is_some() && !sp);
+    for tier in [false, true] {
+        let in_tier = |sp: bool| !tiered || sp == tier;
+        let raws = out.iter().zip(&spares).filter(|(_, sp)| in_tier(**sp)).filter_map(|(s, _)| s.fit.as_ref());
+        let (lo, hi) = raws.map(|f| f.score).fold((u8::MAX, u8::MIN), |(lo, hi), r| (lo.min(r), hi.max(r)));
+        for (s, &sp) in out.iter_mut().zip(&spares) {
+            if let (Some(fit), true) = (&s.fit, in_tier(sp)) {
+                s.score = if tiered { tier_band(spread(fit.score, lo, hi), tier) } else { spread(fit.score, lo, hi) };
+            }
         }
     }
     Ok(out)
+}
+
+/// Whether any of the node's VFs is free.
+fn has_free_vf(v: &NodeVfs<'_>) -> bool {
+    v.topology.vfs().iter().any(|vf| v.is_free(&vf.pci_address))
+}
+
+/// A 1–10 priority squeezed into the band of its tier: 6–10 for the nodes without a VF free, 1–5
+/// for those with (see [`prioritize_pod_until`]).
+fn tier_band(priority: i64, spares_vfs: bool) -> i64 {
+    let within = (priority.clamp(1, MAX_EXTENDER_PRIORITY) - 1) * 4 / 9;
+    if spares_vfs { 1 + within } else { 6 + within }
 }
 
 #[cfg(test)]
@@ -477,6 +507,37 @@ mod tests {
             differ.insert(raw(shared));
         }
         assert!(differ.len() >= 2, "near and far VFs both occur: {differ:?}");
+    }
+
+    /// A GPU-only pod ranks a node whose VFs are all taken above one with a VF free, whatever
+    /// their raw scores; a pod asking VFs ranks them by score alone.
+    #[test]
+    fn a_pod_without_vfs_ranks_the_nodes_with_free_vfs_last() {
+        let t = vf_node(true, 1);
+        let prepared = PreparedNode::new(&t).expect("prepared");
+        let all_vfs: BTreeSet<String> = t.vfs().iter().map(|v| v.pci_address.clone()).collect();
+        let none = BTreeSet::new();
+        // Node 0: GPUs 2,3 busy (a PIX pair left), every VF free. Node 1: GPUs 0,1 busy, no VF free.
+        // Node 2: as node 0. Raw scores alike; node 1 must come first.
+        let states = [
+            NodeState::Known { prepared: &prepared, used: 0b1100, vfs: Some(NodeVfs { topology: &t, used: &none }) },
+            NodeState::Known { prepared: &prepared, used: 0b0011, vfs: Some(NodeVfs { topology: &t, used: &all_vfs }) },
+            NodeState::Known { prepared: &prepared, used: 0b1100, vfs: Some(NodeVfs { topology: &t, used: &none }) },
+        ];
+        let cfg = ExtenderConfig::default();
+        let mut cache = ScoreCache::with_capacity(8);
+        let gpu_only = prioritize_pod_until(&PodAsk::gpus(2), &states, &cfg, &mut cache, Deadline::NEVER).unwrap();
+        let scores: Vec<i64> = gpu_only.iter().map(|s| s.score).collect();
+        assert!(scores[1] >= 6 && scores[0] <= 5 && scores[2] <= 5, "{scores:?}");
+        let ask = PodAsk { gpus: 2, vfs: VfAsk::from([("fabric".to_string(), 1)]) };
+        let with_vf = prioritize_pod_until(&ask, &states, &cfg, &mut cache, Deadline::NEVER).unwrap();
+        assert_eq!(with_vf[1].score, MIN_EXTENDER_PRIORITY, "no VF free: {with_vf:?}");
+        assert!(with_vf[0].score >= 6, "{with_vf:?}");
+        // Nodes all alike in VFs: the plain spread, no band.
+        let plain =
+            prioritize_pod_until(&PodAsk::gpus(2), &[states[0], states[2]], &cfg, &mut cache, Deadline::NEVER).unwrap();
+        let raw = plain[0].fit.as_ref().unwrap().score;
+        assert_eq!((plain[0].score, plain[1].score), (spread(raw, raw, raw), spread(raw, raw, raw)));
     }
 
     #[test]
