@@ -30,14 +30,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::resource::v1::ResourceClaim;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
-use weft_extender::reservations::NodeRecord;
-use weft_extender::{ExtenderConfig, ExtenderState, InMemoryView, PodBinder};
+use weft_extender::{ExtenderConfig, ExtenderState, InMemoryView};
 use weft_sim::cluster::{Cluster, ClusterSpec};
 
 #[path = "../tests/common/mod.rs"]
@@ -47,48 +44,6 @@ const POD: &str = "trainer-0";
 const NAMESPACE: &str = "ml";
 const UID: &str = "3f1e9c2a-7b4d-4e8f-9a61-0c5d2b7e8f10";
 const GPUS: u32 = 4;
-
-/// The API server's side of a bind, in memory: the pending pod is read, every write accepted.
-struct MemoryApi {
-    pod: Pod,
-}
-
-#[async_trait]
-impl PodBinder for MemoryApi {
-    async fn pod(&self, _: &str, _: &str) -> Result<Option<Pod>, String> {
-        Ok(Some(self.pod.clone()))
-    }
-
-    async fn resource_claim(&self, _: &str, _: &str) -> Result<Option<ResourceClaim>, String> {
-        Ok(None)
-    }
-
-    async fn bind(&self, _: &str, _: &str, _: &str, _: &str, a: BTreeMap<String, String>) -> Result<(), String> {
-        std::hint::black_box(a);
-        Ok(())
-    }
-
-    async fn annotate(
-        &self,
-        _: &str,
-        _: &str,
-        _: &str,
-        _: Option<&str>,
-        a: BTreeMap<String, Option<String>>,
-    ) -> Result<(), String> {
-        std::hint::black_box(a);
-        Ok(())
-    }
-
-    async fn node_record(&self, _: &str) -> Result<(Option<String>, NodeRecord), String> {
-        Ok((None, NodeRecord::default()))
-    }
-
-    async fn write_node_record(&self, _: &str, _: Option<&str>, r: &NodeRecord) -> Result<bool, String> {
-        std::hint::black_box(r);
-        Ok(true)
-    }
-}
 
 /// Deterministic GPUs in use on node `i` of `gpus`: none on 3 nodes of 5, else 1 to 4.
 fn used_gpus(i: usize, gpus: usize) -> Vec<usize> {
@@ -282,7 +237,7 @@ async fn run_case(label: &str, f: &Fixture, by_name: bool, cycles: usize) {
     let base = format!("http://{}", listener.local_addr().unwrap());
     let pod: Pod = serde_json::from_value(pod_json()).unwrap();
     let state = Arc::new(
-        ExtenderState::new(f.view.clone(), ExtenderConfig::default()).with_binder(Arc::new(MemoryApi { pod })),
+        ExtenderState::new(f.view.clone(), ExtenderConfig::default()).with_binder(Arc::new(common::MemoryApi { pod })),
     );
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(weft_extender::serve(listener, state.clone(), Default::default(), async move {

@@ -24,15 +24,12 @@ use std::sync::Arc;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use criterion::{Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::resource::v1::ResourceClaim;
 use weft_alloc::PreparedNode;
 use weft_extender::decision::{Deadline, NodeState, NodeVfs, PodAsk, prioritize, prioritize_pod_until};
-use weft_extender::reservations::NodeRecord;
 use weft_extender::wire::{ExtenderArgs, ExtenderBindingArgs};
-use weft_extender::{ExtenderConfig, ExtenderState, InMemoryView, PodBinder};
+use weft_extender::{ExtenderConfig, ExtenderState, InMemoryView};
 
 const NODES: usize = 5_000;
 const REQUEST: u64 = 4;
@@ -163,50 +160,6 @@ fn bench_request(c: &mut Criterion) {
     g.finish();
 }
 
-/// The API server's side of a bind, in memory: the pending pod is read, every Binding accepted.
-struct MemoryApi {
-    pod: Pod,
-}
-
-#[async_trait]
-impl PodBinder for MemoryApi {
-    async fn pod(&self, _: &str, _: &str) -> Result<Option<Pod>, String> {
-        Ok(Some(self.pod.clone()))
-    }
-
-    async fn resource_claim(&self, _: &str, _: &str) -> Result<Option<ResourceClaim>, String> {
-        Ok(None)
-    }
-
-    async fn bind(&self, _: &str, _: &str, _: &str, _: &str, a: BTreeMap<String, String>) -> Result<(), String> {
-        black_box(a);
-        Ok(())
-    }
-
-    async fn annotate(
-        &self,
-        _: &str,
-        _: &str,
-        _: &str,
-        _: Option<&str>,
-        a: BTreeMap<String, Option<String>>,
-    ) -> Result<(), String> {
-        black_box(a);
-        Ok(())
-    }
-
-    // No node record: every run decides against the same empty node, as its reservations expire
-    // at once (below); the record's API round trips are not part of the decision's cost.
-    async fn node_record(&self, _: &str) -> Result<(Option<String>, NodeRecord), String> {
-        Ok((None, NodeRecord::default()))
-    }
-
-    async fn write_node_record(&self, _: &str, _: Option<&str>, r: &NodeRecord) -> Result<bool, String> {
-        black_box(r);
-        Ok(true)
-    }
-}
-
 fn percentiles(mut samples: Vec<Duration>) -> (Duration, Duration) {
     samples.sort();
     (samples[samples.len() / 2], samples[samples.len() * 99 / 100])
@@ -218,7 +171,7 @@ fn bench_bind(c: &mut Criterion) {
     let pod: Pod = serde_json::from_value(pod_json.clone()).unwrap();
     // Reservations expire at once: every run decides against the same cluster, not one that fills.
     let cfg = ExtenderConfig { reservation_ttl: Duration::from_nanos(1), ..ExtenderConfig::default() };
-    let state = ExtenderState::new(view, cfg).with_binder(Arc::new(MemoryApi { pod }));
+    let state = ExtenderState::new(view, cfg).with_binder(Arc::new(common::MemoryApi { pod }));
     let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
     let args = |i: usize| ExtenderBindingArgs {
         pod_name: "p".into(),

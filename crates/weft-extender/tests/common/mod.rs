@@ -257,3 +257,65 @@ pub fn kube_node_json(name: &str, i: usize, product: &str, gpus: usize, vfs: usi
         }
     })
 }
+
+/// The API server's side of a bind, in memory (for benches): the pending pod is read, every write
+/// accepted.
+pub struct MemoryApi {
+    /// The pod every read returns.
+    pub pod: k8s_openapi::api::core::v1::Pod,
+}
+
+#[async_trait::async_trait]
+impl weft_extender::PodBinder for MemoryApi {
+    async fn pod(&self, _: &str, _: &str) -> Result<Option<k8s_openapi::api::core::v1::Pod>, String> {
+        Ok(Some(self.pod.clone()))
+    }
+
+    async fn resource_claim(
+        &self,
+        _: &str,
+        _: &str,
+    ) -> Result<Option<k8s_openapi::api::resource::v1::ResourceClaim>, String> {
+        Ok(None)
+    }
+
+    async fn bind(
+        &self,
+        _: &str,
+        _: &str,
+        _: &str,
+        _: &str,
+        a: std::collections::BTreeMap<String, String>,
+    ) -> Result<(), String> {
+        std::hint::black_box(a);
+        Ok(())
+    }
+
+    async fn annotate(
+        &self,
+        _: &str,
+        _: &str,
+        _: &str,
+        _: Option<&str>,
+        a: std::collections::BTreeMap<String, Option<String>>,
+    ) -> Result<(), String> {
+        std::hint::black_box(a);
+        Ok(())
+    }
+
+    // No node record: every run decides against the same empty node (a bench releases its
+    // reservations); the record's API round trips are not part of the decision's cost.
+    async fn node_record(&self, _: &str) -> Result<(Option<String>, weft_extender::reservations::NodeRecord), String> {
+        Ok((None, weft_extender::reservations::NodeRecord::default()))
+    }
+
+    async fn write_node_record(
+        &self,
+        _: &str,
+        _: Option<&str>,
+        r: &weft_extender::reservations::NodeRecord,
+    ) -> Result<bool, String> {
+        std::hint::black_box(r);
+        Ok(true)
+    }
+}
