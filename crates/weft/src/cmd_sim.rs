@@ -380,9 +380,9 @@ fn print_report(r: &SimReport) -> anyhow::Result<()> {
     outln!("ring GB/s: what a ring all-reduce over each multi-GPU pod's GPUs gets, the slowest hop of the best")?;
     outln!("ring (per direction, estimated from link type and generation); mean and 10th percentile over pods.")?;
     outln!("pair GB/s: the mean over the set's GPU pairs instead, which hides a slow hop. VFs by their GPUs:")?;
-    outln!("share of placed pods asking for VFs whose every VF")?;
-    outln!("shares a PCIe switch with one of their GPUs (GPUDirect RDMA without the host bridge); short of VFs:")?;
-    outln!("pods not placed because no node with their GPUs free had their VFs free. stranded: free GPUs whose")?;
-    outln!("NVLink peers are all busy, averaged over arrivals.")?;
+    outln!("share of placed pods asking for VFs whose every VF shares a PCIe switch with one of their GPUs")?;
+    outln!("(GPUDirect RDMA without the host bridge); short of VFs: pods not placed because no node with their")?;
+    outln!("GPUs free had their VFs free. stranded: free GPUs whose NVLink peers are all busy, averaged over")?;
+    outln!("arrivals.")?;
     Ok(())
 }
