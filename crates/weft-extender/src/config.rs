@@ -56,6 +56,11 @@ pub struct ExtenderConfig {
     /// Honour the `X-Weft-Debug` header (prioritize answers carry each node's reason, which tells
     /// the caller how many GPUs are free on it). Off by default.
     pub debug_reasons: bool,
+    /// Rank nodes with an SR-IOV VF free below those without for pods that ask no VFs (the rule
+    /// `weft simulate` measured, docs/gpu-placement.md "GPUs and VFs packed together"). Off by
+    /// default: the extender cannot tell whether the cluster's pods ask VFs, and where none do the
+    /// rule only costs GPU-only pods the better-connected NIC nodes.
+    pub spare_vfs: bool,
     /// Bounds of the topology cache.
     pub cache_limits: CacheLimits,
     /// How long a GPU decision made by bind counts as used while the watch has not shown the pod
@@ -77,6 +82,7 @@ impl Default for ExtenderConfig {
             max_nodes_per_request: DEFAULT_MAX_NODES_PER_REQUEST,
             max_concurrent_decisions: std::thread::available_parallelism().map_or(2, usize::from),
             debug_reasons: false,
+            spare_vfs: false,
             cache_limits: CacheLimits::default(),
             reservation_ttl: Duration::from_secs(60),
         }

@@ -333,8 +333,8 @@ type KindFit<'a> = (&'a PreparedNode, Result<Arc<NodeFit>, String>);
 /// - GPUs and VFs: the raw score is [`weft_net::joint::joint_score`] of the GPU score and the
 ///   joint decision's share of VFs under a GPU's PCIe switch, so among nodes equally good for the
 ///   GPUs, the ones where GPUDirect RDMA pays come first;
-/// - GPUs and no VFs: when the fitting candidates include nodes with no VF free and nodes with VFs
-///   free, the first get 6–10 and the second 1–5 (each spread over its own raw scores): the GPUs
+/// - GPUs and no VFs, with `cfg.spare_vfs`: when the fitting candidates include nodes with no VF
+///   free and nodes with VFs free, the first get 6–10 and the second 1–5 (each spread over its own raw scores): the GPUs
 ///   beside free VFs are what pods asking VFs are short of (docs/gpu-placement.md, "GPUs and VFs
 ///   packed together", the rule `weft simulate` measured).
 pub fn prioritize_pod_until(
@@ -429,7 +429,7 @@ pub fn prioritize_pod_until(
     let spares: Vec<bool> = nodes
         .iter()
         .map(|n| match n {
-            NodeState::Known { vfs: Some(v), .. } => ask.vfs.is_empty() && has_free_vf(v),
+            NodeState::Known { vfs: Some(v), .. } => cfg.spare_vfs && ask.vfs.is_empty() && has_free_vf(v),
             _ => false,
         })
         .collect();
@@ -524,8 +524,12 @@ mod tests {
             NodeState::Known { prepared: &prepared, used: 0b0011, vfs: Some(NodeVfs { topology: &t, used: &all_vfs }) },
             NodeState::Known { prepared: &prepared, used: 0b1100, vfs: Some(NodeVfs { topology: &t, used: &none }) },
         ];
-        let cfg = ExtenderConfig::default();
+        // Off by default: the raw scores alone, all alike here.
         let mut cache = ScoreCache::with_capacity(8);
+        let plain = ExtenderConfig::default();
+        let off = prioritize_pod_until(&PodAsk::gpus(2), &states, &plain, &mut cache, Deadline::NEVER).unwrap();
+        assert!(off.iter().all(|s| s.score == off[0].score), "{off:?}");
+        let cfg = ExtenderConfig { spare_vfs: true, ..ExtenderConfig::default() };
         let gpu_only = prioritize_pod_until(&PodAsk::gpus(2), &states, &cfg, &mut cache, Deadline::NEVER).unwrap();
         let scores: Vec<i64> = gpu_only.iter().map(|s| s.score).collect();
         assert!(scores[1] >= 6 && scores[0] <= 5 && scores[2] <= 5, "{scores:?}");

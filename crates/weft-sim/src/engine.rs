@@ -8,7 +8,7 @@
 //! - `weft`: a pod that asks no VFs goes first to the nodes with no VF free that VF pods of the
 //!   stream could use ([`spares_vfs`]), and only when none of them can take it to the others. Among
 //!   those, every node that fits is scored with [`weft_alloc::score_node`] (link quality of the
-//!   best-effort set plus the quality of what it leaves); the best node wins (ties: the node with fewer
+//!   chosen set plus the quality of what it leaves); the best node wins (ties: the node with fewer
 //!   free GPUs, to keep whole nodes free for large pods; then the lower node number), and the pod gets
 //!   the scored set. A pod that asks for VFs gets its GPUs and VFs from
 //!   [`weft_net::joint::decide`] (the decision the scheduler extender makes) and the node is scored
@@ -393,8 +393,8 @@ fn weft_fit(
 /// that still has VFs free (`free_vfs`: its free VFs of the physnets the stream asks for), else 0.
 /// Such a pod goes to a node whose VFs are all taken, or that has none, when one can take it, and
 /// only then to one of the nodes VF pods can use: GPUs beside free VFs are what VF pods are short
-/// of (measured in docs/gpu-placement.md, "GPUs and VFs packed together"). Within a class the score and
-/// the fit decide as before.
+/// of (measured in docs/gpu-placement.md, "GPUs and VFs packed together"). Within a class the
+/// score and the fit decide as before.
 fn spares_vfs(kinds: &Kinds, kind: usize, free_vfs: u128) -> u8 {
     u8::from(!kinds.asks_vfs(kind) && free_vfs != 0)
 }

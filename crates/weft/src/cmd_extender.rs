@@ -105,6 +105,10 @@ pub struct ExtenderArgs {
     /// which tells any caller how many GPUs are free on each node). Off by default.
     #[arg(long)]
     debug_reasons: bool,
+    /// For pods that ask no SR-IOV VFs, rank nodes with a VF free below those without, keeping the
+    /// GPUs beside free VFs for the pods that need them (turn on where pods ask VFs).
+    #[arg(long)]
+    spare_vfs: bool,
 }
 
 /// `--reservation-ttl`: 1s to 1h.
@@ -133,6 +137,7 @@ pub fn run(a: ExtenderArgs) -> anyhow::Result<()> {
         max_nodes_per_request: a.max_nodes_per_request,
         max_concurrent_decisions: a.max_concurrent_decisions.map_or(defaults.max_concurrent_decisions, |n| n as usize),
         debug_reasons: a.debug_reasons,
+        spare_vfs: a.spare_vfs,
         cache_limits: CacheLimits { max_nodes: a.cache_max_nodes, max_bytes: a.cache_max_bytes },
         reservation_ttl: a.reservation_ttl_seconds.unwrap_or(a.reservation_ttl),
     };
