@@ -169,15 +169,14 @@ pub fn choose_set(
     if quality == SetQuality::PairScore || count < 2 || !fits_search(available.len(), count) {
         return Ok(base);
     }
-    let ring_of = |set: &[usize]| node.ring(set).map_or(0.0, |r| r.gbps);
-    let base_ring = ring_of(&base.gpus);
+    let base_ring = ring_gbps(node, &base.gpus);
     let free_mask = available.iter().fold(0u128, |m, &g| m | 1u128 << g);
     // (ring, set score, -stranded) of the best so far, and the set.
     let mut best: Option<((f64, u32, i64), Vec<usize>)> = None;
     let mut pick = vec![0usize; count];
     for_each_subset(available.len(), count, &mut pick, &mut |positions| {
         let set: Vec<usize> = positions.iter().map(|&i| available[i]).collect();
-        let ring = ring_of(&set);
+        let ring = ring_gbps(node, &set);
         if ring <= base_ring || best.as_ref().is_some_and(|(k, _)| ring < k.0) {
             return;
         }

@@ -435,7 +435,9 @@ pub fn prioritize_pod_until(
         .collect();
     let tiered = out.iter().zip(&spares).any(|(s, &sp)| s.fit.is_some() && sp)
         && out.iter().zip(&spares).any(|(s, &sp)| s.fit.is_some() && !sp);
-    for tier in [false, true] {
+    // Untiered, one pass spreads every candidate together.
+    let tiers: &[bool] = if tiered { &[false, true] } else { &[false] };
+    for &tier in tiers {
         let in_tier = |sp: bool| !tiered || sp == tier;
         let raws = out.iter().zip(&spares).filter(|(_, sp)| in_tier(**sp)).filter_map(|(s, _)| s.fit.as_ref());
         let (lo, hi) = raws.map(|f| f.score).fold((u8::MAX, u8::MIN), |(lo, hi), r| (lo.min(r), hi.max(r)));

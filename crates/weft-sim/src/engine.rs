@@ -305,6 +305,11 @@ impl Kinds {
         self.index.get(&KindKey { gpus, vfs: Vec::new() }).copied()
     }
 
+    /// A node type's VFs of every physnet the stream asks for.
+    fn stream_vfs(&self, t: usize) -> u128 {
+        self.masks[t].iter().fold(0, |a, b| a | b)
+    }
+
     fn asks_vfs(&self, kind: usize) -> bool {
         !self.list[kind].key.vfs.is_empty()
     }
@@ -444,7 +449,7 @@ impl<'c> WeftIndex<'c> {
             joint: FxHashMap::default(),
             groups: FxHashMap::default(),
             ranking,
-            vf_union: kinds.masks.iter().map(|m| m.iter().fold(0, |a, b| a | b)).collect(),
+            vf_union: (0..kinds.masks.len()).map(|t| kinds.stream_vfs(t)).collect(),
         };
         for (n, &free) in state.free.iter().enumerate() {
             index.join(kinds, n, free);
@@ -734,8 +739,7 @@ fn scan(
                 else {
                     continue;
                 };
-                let stream_vfs = kinds.masks[type_of(n)].iter().fold(0, |a, b| a | b);
-                let class = spares_vfs(kinds, kind, state.free[n].vfs & stream_vfs);
+                let class = spares_vfs(kinds, kind, state.free[n].vfs & kinds.stream_vfs(type_of(n)));
                 let key = (class, Reverse(score), state.free[n].gpus.count_ones(), n);
                 if best.as_ref().is_none_or(|(k, _)| key < *k) {
                     best = Some((key, held));
