@@ -24,7 +24,7 @@
 
 mod support;
 
-use support::{NoDevices, Pods};
+use support::{NoDevices, Pods, container, k8s_pod, sandbox};
 
 use std::path::Path;
 use std::sync::Arc;
@@ -105,38 +105,6 @@ async fn floor(sizes: &Sizes) -> Series {
     task.abort();
     let _ = task.await;
     out
-}
-
-fn k8s_pod(uid: &str, cpu: &str, guaranteed: bool) -> Pod {
-    let mem = "256Mi";
-    let resources = if guaranteed {
-        serde_json::json!({"requests": {"cpu": cpu, "memory": mem}, "limits": {"cpu": cpu, "memory": mem}})
-    } else {
-        serde_json::json!({"requests": {"cpu": cpu, "memory": mem}, "limits": {"memory": mem}})
-    };
-    serde_json::from_value(serde_json::json!({
-        "metadata": {"uid": uid, "namespace": "bench", "name": uid},
-        "spec": {"containers": [{"name": "main", "image": "x", "resources": resources}]},
-        "status": {"phase": "Pending"}
-    }))
-    .unwrap()
-}
-
-fn sandbox(uid: &str) -> api::PodSandbox {
-    let mut p = api::PodSandbox::new();
-    p.id = format!("sb-{uid}");
-    p.uid = uid.to_string();
-    p.name = uid.to_string();
-    p.namespace = "bench".to_string();
-    p
-}
-
-fn container(uid: &str, id: &str) -> api::Container {
-    let mut c = api::Container::new();
-    c.id = id.to_string();
-    c.pod_sandbox_id = format!("sb-{uid}");
-    c.name = "main".to_string();
-    c
 }
 
 /// Pod `i` of the resident set: every 4th Guaranteed with 1 or 2 CPUs, the others Burstable.

@@ -32,12 +32,11 @@
 
 mod support;
 
-use support::{NoDevices, Pods};
+use support::{NoDevices, Pods, container, k8s_pod, sandbox};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
 use tokio_util::sync::CancellationToken;
 use weft_agent::kubelet::PodSource;
 use weft_agent::orm::OrmConfig;
@@ -47,37 +46,6 @@ use weft_nri::api;
 use weft_nri::plugin::{PluginOptions, SocketSource};
 use weft_nri_harness::{HarnessEvent, Runtime, RuntimeOptions};
 use weft_topology::{CpuLayout, CpuSet};
-
-fn k8s_pod(uid: &str, guaranteed: bool) -> Pod {
-    let resources = if guaranteed {
-        serde_json::json!({"requests": {"cpu": "1", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "256Mi"}})
-    } else {
-        serde_json::json!({"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "256Mi"}})
-    };
-    serde_json::from_value(serde_json::json!({
-        "metadata": {"uid": uid, "namespace": "bench", "name": uid},
-        "spec": {"containers": [{"name": "main", "image": "x", "resources": resources}]},
-        "status": {"phase": "Pending"}
-    }))
-    .unwrap()
-}
-
-fn sandbox(uid: &str) -> api::PodSandbox {
-    let mut p = api::PodSandbox::new();
-    p.id = format!("sb-{uid}");
-    p.uid = uid.to_string();
-    p.name = uid.to_string();
-    p.namespace = "bench".to_string();
-    p
-}
-
-fn container(uid: &str) -> api::Container {
-    let mut c = api::Container::new();
-    c.id = format!("c-{uid}");
-    c.pod_sandbox_id = format!("sb-{uid}");
-    c.name = "main".to_string();
-    c
-}
 
 fn cpus_of(c: &api::Container) -> CpuSet {
     c.linux.resources.cpu.cpus.parse().unwrap_or_default()
@@ -133,10 +101,10 @@ impl Node {
 
     /// RunPodSandbox + CreateContainer + StartContainer of a new pod, as the kubelet starts it.
     async fn start_pod(&self, uid: &str, guaranteed: bool) -> (Duration, api::Container) {
-        self.pods.0.lock().unwrap().push(k8s_pod(uid, guaranteed));
+        self.pods.0.lock().unwrap().push(k8s_pod(uid, if guaranteed { "1" } else { "100m" }, guaranteed));
         let t = Instant::now();
         self.runtime.run_pod_sandbox(sandbox(uid)).await.unwrap();
-        let c = self.runtime.create_container(&format!("sb-{uid}"), container(uid)).await.unwrap();
+        let c = self.runtime.create_container(&format!("sb-{uid}"), container(uid, &format!("c-{uid}"))).await.unwrap();
         self.runtime.start_container(&c.id).await.unwrap();
         (t.elapsed(), c)
     }
