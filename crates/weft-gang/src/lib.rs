@@ -1,0 +1,1 @@
+//! weft-gang: whole jobs placed as one decision (docs/gang.md).
