@@ -1,7 +1,8 @@
 //! Test support shared by weft's crates (never a dependency of a shipped one): topologies and
 //! Kubernetes objects as kube-scheduler sends them, a harness for controllers under test
 //! ([`controller`]), checks of recorded API requests against the deploy RBAC ([`rbac`]), and a
-//! test-only Numaflow ([`numaflow`]: its pipeline and vertex controllers over the fake API server).
+//! test-only Numaflow ([`numaflow`]: its pipeline and vertex controllers over the fake API server),
+//! and the one way a test skips when what it needs is missing ([`require`], [`skip`]).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod controller;
@@ -9,6 +10,9 @@ pub mod netns;
 pub mod numaflow;
 pub mod process;
 pub mod rbac;
+pub mod skip;
+
+pub use skip::{require, require_ok};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::{Value, json};
