@@ -125,6 +125,67 @@ pub struct SizeCount {
     pub offered: usize,
 }
 
+/// What one pod got under one policy, handed to the record callback of [`run_policy_recorded`] as
+/// the pod is decided (the records of `weft simulate --pods-out`; nothing is kept).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodOutcome<'a> {
+    /// The policy.
+    pub policy: PlacementPolicy,
+    /// The pod's position in the stream, from 0.
+    pub index: usize,
+    /// The pod: name, GPUs and VFs asked, arrival and duration.
+    pub pod: &'a SimPod,
+    /// Where it went, or why it did not.
+    pub placement: Result<PodPlacement<'a>, NotPlaced>,
+}
+
+/// Where a placed pod went and what it got there.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodPlacement<'a> {
+    /// The node's name.
+    pub node: &'a str,
+    /// Its node type's name.
+    pub node_type: &'a str,
+    /// The GPUs it got (indexes on the node), ascending.
+    pub gpus: Vec<usize>,
+    /// The VFs it got, by PCI address (with their NIC and physnet).
+    pub vfs: Vec<&'a weft_topology::Vf>,
+    /// Whether every VF shares a PCIe switch with one of its GPUs; None when it asked no VFs.
+    pub vfs_near_gpus: Option<bool>,
+    /// Bandwidth of the best ring over its GPUs (the slowest hop), GB/s per direction; None for
+    /// one GPU.
+    pub ring_gbps: Option<f64>,
+    /// Mean bandwidth over its GPU pairs, GB/s per direction; None for one GPU.
+    pub mean_pair_gbps: Option<f64>,
+    /// When it started (its arrival: there is no queue), seconds.
+    pub start: f64,
+    /// When it ends and frees what it holds, seconds.
+    pub end: f64,
+}
+
+/// Why a pod was not placed (the engine's two counts of unplaced pods).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NotPlaced {
+    /// No node had its GPUs (and VFs) free.
+    NoGpus,
+    /// It asked VFs, and some node had its GPUs free, but none had the VFs free too
+    /// ([`PolicyReport::unplaced_for_vfs`]).
+    ShortOfVfs,
+}
+
+impl NotPlaced {
+    /// The reason as the records spell it: `no-gpus` or `short-of-vfs`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotPlaced::NoGpus => "no-gpus",
+            NotPlaced::ShortOfVfs => "short-of-vfs",
+        }
+    }
+}
+
+/// The callback that takes each [`PodOutcome`]; an error stops the run.
+pub type RecordPod<'r> = dyn FnMut(&PodOutcome<'_>) -> std::io::Result<()> + 'r;
+
 /// What is free on a node (or what a pod holds there): GPUs and VFs, each a set of positions (VF
 /// positions in the node type's VFs, which are sorted by PCI address).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -796,7 +857,26 @@ pub fn run_policy(
     let kinds = Kinds::of_stream(cluster, pods);
     let state = State::new(cluster);
     let chooser = Chooser::new(cluster, &state, &kinds, policy, score_config);
-    run(state, &kinds, chooser, pods, policy, seed, progress, None)
+    run(state, &kinds, chooser, pods, policy, seed, progress, None, None)
+}
+
+/// [`run_policy`], handing each pod's [`PodOutcome`] to `record` as it is decided, in stream order.
+/// Nothing is kept for it: a caller that writes each record out holds one at a time.
+pub fn run_policy_recorded(
+    cluster: &Cluster,
+    pods: &[SimPod],
+    policy: PlacementPolicy,
+    score_config: &ScoreConfig,
+    seed: u64,
+    progress: &mut dyn FnMut(Progress),
+    record: &mut RecordPod<'_>,
+) -> Result<PolicyReport, SimError> {
+    check_pods(pods)?;
+    check_cluster(cluster)?;
+    let kinds = Kinds::of_stream(cluster, pods);
+    let state = State::new(cluster);
+    let chooser = Chooser::new(cluster, &state, &kinds, policy, score_config);
+    run(state, &kinds, chooser, pods, policy, seed, progress, None, Some(record))
 }
 
 /// Node types the engine cannot take: more VFs than it keeps per node ([`ClusterSpec::build`]
@@ -835,6 +915,7 @@ fn run(
     seed: u64,
     progress: &mut dyn FnMut(Progress),
     mut trace: Option<&mut Vec<Option<Placement>>>,
+    mut record: Option<&mut RecordPod<'_>>,
 ) -> Result<PolicyReport, SimError> {
     let started = Instant::now();
     let cluster = state.cluster;
@@ -883,26 +964,51 @@ fn run(
                 departures.push(Reverse(Departure { at: pod.arrival + pod.duration, node: n, held }));
                 placed += 1;
                 entry.placed += 1;
-                let topo = &cluster.types[cluster.nodes[n].node_type].topology;
+                let t = cluster.nodes[n].node_type;
+                let topo = &cluster.types[t].topology;
+                let (mut ring, mut pair) = (None, None);
                 if pod.gpus >= 2 {
                     let gpus = mask_to_vec(held.gpus);
-                    bandwidths.push(topo.mean_pair_bandwidth_gbps(&gpus));
-                    let ring = *ring_of
-                        .entry((cluster.nodes[n].node_type, held.gpus))
+                    let mean_pair = topo.mean_pair_bandwidth_gbps(&gpus);
+                    bandwidths.push(mean_pair);
+                    let best = *ring_of
+                        .entry((t, held.gpus))
                         .or_insert_with(|| topo.ring_bandwidth(&gpus).map_or(0.0, |r| r.gbps));
-                    rings.push(ring);
+                    rings.push(best);
                     all_nvlink += usize::from(topo.all_nvlinked(&gpus));
+                    (ring, pair) = (Some(best), Some(mean_pair));
                 }
+                let mut near = None;
                 if kinds.asks_vfs(kind) {
                     vf_placed += 1;
-                    vf_near += usize::from(all_near(topo, held.gpus, held.vfs));
+                    let all = all_near(topo, held.gpus, held.vfs);
+                    vf_near += usize::from(all);
+                    near = Some(all);
+                }
+                if let Some(record) = record.as_deref_mut() {
+                    let placement = PodPlacement {
+                        node: &cluster.nodes[n].name,
+                        node_type: &cluster.types[t].name,
+                        gpus: mask_to_vec(held.gpus),
+                        vfs: mask_to_vec(held.vfs).into_iter().filter_map(|v| topo.vfs().get(v)).collect(),
+                        vfs_near_gpus: near,
+                        ring_gbps: ring,
+                        mean_pair_gbps: pair,
+                        start: pod.arrival,
+                        end: pod.arrival + pod.duration,
+                    };
+                    record(&PodOutcome { policy, index: i, pod, placement: Ok(placement) })
+                        .map_err(SimError::Records)?;
                 }
             }
             None => {
                 unplaced += 1;
-                if kinds.asks_vfs(kind) && kinds.gpus_only(pod.gpus).is_some_and(|k| chooser.any_fits(&state, kinds, k))
-                {
-                    unplaced_for_vfs += 1;
+                let short_of_vfs = kinds.asks_vfs(kind)
+                    && kinds.gpus_only(pod.gpus).is_some_and(|k| chooser.any_fits(&state, kinds, k));
+                unplaced_for_vfs += usize::from(short_of_vfs);
+                if let Some(record) = record.as_deref_mut() {
+                    let why = if short_of_vfs { NotPlaced::ShortOfVfs } else { NotPlaced::NoGpus };
+                    record(&PodOutcome { policy, index: i, pod, placement: Err(why) }).map_err(SimError::Records)?;
                 }
             }
         }
@@ -971,7 +1077,7 @@ mod tests {
             Chooser::new(cluster, &state, &kinds, policy, cfg)
         };
         let mut decisions = Vec::new();
-        let report = run(state, &kinds, chooser, pods, policy, seed, &mut |_| {}, Some(&mut decisions)).unwrap();
+        let report = run(state, &kinds, chooser, pods, policy, seed, &mut |_| {}, Some(&mut decisions), None).unwrap();
         (decisions, report)
     }
 
@@ -1146,6 +1252,76 @@ mod tests {
                 assert_eq!((report.placed, report.unplaced, report.unplaced_for_vfs), (1, 2, 2), "{}", policy.name());
             }
         }
+    }
+
+    /// The record of each pod is what the decision gave it (node, GPUs, VFs, the set's ring and pair
+    /// bandwidth, start and end), and a pod left out says why, as the counts do.
+    #[test]
+    fn each_pod_is_recorded_with_what_it_got_or_why_it_was_not_placed() {
+        // One HGX H100, one VF per NIC (NIC k beside GPU k).
+        let cluster = build(vec![with_vfs("hgx-h100", 1, 1)]);
+        let pods = [
+            pod("pair", 2, 1, 0.0, 100.0),
+            pod("one", 1, 0, 1.0, 50.0),
+            pod("all-vfs", 1, 7, 2.0, 10.0),    // 7 VFs left: fits
+            pod("no-vf-left", 1, 1, 3.0, 10.0), // GPUs free, no VF free
+            pod("too-big", 8, 0, 4.0, 10.0),    // 4 GPUs free
+        ];
+        for policy in PlacementPolicy::ALL {
+            let mut records = Vec::new();
+            let report = run_policy_recorded(
+                &cluster,
+                &pods,
+                policy,
+                &ScoreConfig::default(),
+                1,
+                &mut |_| {},
+                &mut |r: &PodOutcome<'_>| {
+                    records.push(format!("{r:?}"));
+                    assert_eq!(r.policy, policy);
+                    assert_eq!(r.pod.name, pods[r.index].name);
+                    if let Ok(p) = &r.placement {
+                        assert_eq!(p.node, "hgx-h100-0");
+                        assert_eq!(p.node_type, "hgx-h100");
+                        assert_eq!(p.gpus.len(), r.pod.gpus);
+                        assert_eq!(p.vfs.len(), r.pod.vf_count());
+                        assert_eq!((p.start, p.end), (r.pod.arrival, r.pod.arrival + r.pod.duration));
+                        assert_eq!(p.vfs_near_gpus.is_some(), r.pod.vf_count() > 0);
+                        assert_eq!(p.ring_gbps.is_some(), r.pod.gpus >= 2);
+                        assert_eq!(p.mean_pair_gbps.is_some(), r.pod.gpus >= 2);
+                    }
+                    Ok(())
+                },
+            )
+            .unwrap();
+            let (decisions, _) = trace(&cluster, &pods, policy, &ScoreConfig::default(), 1, false);
+            assert_eq!(records.len(), pods.len(), "{}: one record per pod", policy.name());
+            assert_eq!((report.placed, report.unplaced, report.unplaced_for_vfs), (3, 2, 1), "{}", policy.name());
+            assert!(records[3].contains("Err(ShortOfVfs)"), "{}: {}", policy.name(), records[3]);
+            assert!(records[4].contains("Err(NoGpus)"), "{}: {}", policy.name(), records[4]);
+            // The first pod's GPUs and VF are the decision's.
+            let (_, held) = decisions[0].unwrap();
+            let gpus = mask_to_vec(held.gpus);
+            assert!(records[0].contains(&format!("gpus: {gpus:?}")), "{}: {}", policy.name(), records[0]);
+            let topo = &cluster.types[0].topology;
+            let vf = &topo.vfs()[mask_to_vec(held.vfs)[0]].pci_address;
+            assert!(records[0].contains(vf.as_str()), "{}: {}", policy.name(), records[0]);
+            let ring = topo.ring_bandwidth(&gpus).unwrap().gbps;
+            assert!(records[0].contains(&format!("ring_gbps: Some({ring:?})")), "{}: {}", policy.name(), records[0]);
+        }
+        // An error from the callback stops the run and names what failed.
+        let e = run_policy_recorded(
+            &cluster,
+            &pods,
+            PlacementPolicy::Weft,
+            &ScoreConfig::default(),
+            1,
+            &mut |_| {},
+            &mut |_: &PodOutcome<'_>| Err(std::io::Error::other("disk full")),
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(e, "writing the per-pod records: disk full");
     }
 
     #[test]

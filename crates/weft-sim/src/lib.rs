@@ -18,7 +18,10 @@ use thiserror::Error;
 use weft_alloc::ScoreConfig;
 
 pub use cluster::{Cluster, ClusterSpec, NodeTypeSpec, builtin_topology, builtin_types};
-pub use engine::{PlacementPolicy, PolicyReport, Progress, run_policy};
+pub use engine::{
+    NotPlaced, PlacementPolicy, PodOutcome, PodPlacement, PolicyReport, Progress, RecordPod, run_policy,
+    run_policy_recorded,
+};
 pub use pipeline::{PipelineReport, PipelineScenario, read_scenario, simulate_pipelines};
 pub use workload::{Generate, SimPod, parse_workload, read_workload};
 
@@ -92,6 +95,9 @@ pub enum SimError {
     /// The allocator refused.
     #[error(transparent)]
     Alloc(#[from] weft_alloc::AllocError),
+    /// The per-pod records could not be written.
+    #[error("writing the per-pod records: {0}")]
+    Records(#[source] std::io::Error),
 }
 
 /// Cluster summary for the report.
@@ -149,6 +155,32 @@ pub fn simulate(
     seed: u64,
     progress: &mut dyn FnMut(usize, Progress),
 ) -> Result<SimReport, SimError> {
+    simulate_with(cluster, pods, policies, score_config, seed, progress, None)
+}
+
+/// [`simulate`], handing every pod's [`PodOutcome`] under every policy to `record` as it is decided
+/// (policy by policy, each in stream order), for callers that write them out one at a time.
+pub fn simulate_recorded(
+    cluster: &Cluster,
+    pods: &[SimPod],
+    policies: &[PlacementPolicy],
+    score_config: &ScoreConfig,
+    seed: u64,
+    progress: &mut dyn FnMut(usize, Progress),
+    record: &mut RecordPod<'_>,
+) -> Result<SimReport, SimError> {
+    simulate_with(cluster, pods, policies, score_config, seed, progress, Some(record))
+}
+
+fn simulate_with(
+    cluster: &Cluster,
+    pods: &[SimPod],
+    policies: &[PlacementPolicy],
+    score_config: &ScoreConfig,
+    seed: u64,
+    progress: &mut dyn FnMut(usize, Progress),
+    mut record: Option<&mut RecordPod<'_>>,
+) -> Result<SimReport, SimError> {
     let mut node_types = BTreeMap::new();
     for n in &cluster.nodes {
         *node_types.entry(cluster.types[n.node_type].name.clone()).or_insert(0) += 1;
@@ -163,7 +195,11 @@ pub fn simulate(
     let gpus = cluster.total_gpus();
     let mut reports = Vec::with_capacity(policies.len());
     for (i, &policy) in policies.iter().enumerate() {
-        reports.push(run_policy(cluster, pods, policy, score_config, seed, &mut |p| progress(i, p))?);
+        let progress = &mut |p| progress(i, p);
+        reports.push(match record.as_deref_mut() {
+            Some(record) => run_policy_recorded(cluster, pods, policy, score_config, seed, progress, record)?,
+            None => run_policy(cluster, pods, policy, score_config, seed, progress)?,
+        });
     }
     Ok(SimReport {
         cluster: ClusterSummary { nodes: cluster.nodes.len(), gpus, vfs: cluster.total_vfs(), node_types },
