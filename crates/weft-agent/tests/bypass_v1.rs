@@ -6,8 +6,8 @@
 //! would (a new v1 cpuset starts empty, so every level gets its parent's CPUs and memory nodes; the
 //! runtime then writes the container's CFS quota and memory limit), serves a `v1.PodList` that the
 //! test changes between passes, runs [`Bypass::pass`] and asserts by reading the kernel's files.
-//! The tree is removed deepest first when the test ends, pass or fail. A test prints why and
-//! returns early only when there is no v1 hierarchy or fewer than two online CPUs.
+//! The tree is removed deepest first when the test ends, pass or fail. A test skips
+//! (`weft_testkit::require`) only when there is no v1 hierarchy or fewer than two online CPUs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -66,27 +66,21 @@ fn page_rounded(bytes: u64) -> String {
     (bytes / 4096 * 4096).to_string()
 }
 
-/// The real v1 hierarchy and the online CPUs, or `None` (with the reason printed).
+/// The real v1 hierarchy and the online CPUs, or `None` (a skip through `weft_testkit::require`).
 fn v1_node() -> Option<(CgroupHierarchy, CpuSet)> {
-    let skip = |why: String| {
-        eprintln!("skipping: {why}");
-        None
-    };
     let h = match CgroupHierarchy::detect(DEFAULT_CGROUP_ROOT) {
-        Err(e) => return skip(format!("no cgroup hierarchy: {e}")),
+        Err(e) => Err(format!("a cgroup hierarchy at {DEFAULT_CGROUP_ROOT} ({e})")),
         Ok(h) if h.version() != CgroupVersion::V1 => {
-            return skip(format!("{DEFAULT_CGROUP_ROOT} is cgroup v2, not v1"));
+            Err(format!("cgroup v1 at {DEFAULT_CGROUP_ROOT} (it is cgroup v2)"))
         }
-        Ok(h) => h,
+        Ok(h) => match CONTROLLERS.iter().find(|c| h.controller_root(**c).is_none()) {
+            Some(c) => Err(format!("the v1 controller {} mounted", c.name())),
+            None => Ok(h),
+        },
     };
-    if let Some(c) = CONTROLLERS.iter().find(|c| h.controller_root(**c).is_none()) {
-        return skip(format!("v1 controller {} is not mounted", c.name()));
-    }
+    let h = weft_testkit::require_ok(h)?;
     let online = read_cpu_layout(&SysfsRoot::new("/")).unwrap().online();
-    if online.len() < 2 {
-        return skip(format!("needs 2 online CPUs, has {online}"));
-    }
-    Some((h, online))
+    weft_testkit::require(online.len() >= 2, format!("2 online CPUs (has {online})")).then_some((h, online))
 }
 
 /// The container's cgroup as the kubelet and containerd name it, spelled out here rather than

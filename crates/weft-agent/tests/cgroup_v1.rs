@@ -3,7 +3,7 @@
 //! `/sys/fs/cgroup/<controller>/weft-test-<pid>-<n>/kubepods/…/<container>`, applies settings, reads
 //! the files back from the kernel, and removes the tree (deepest first) when it ends, pass or fail.
 //! The kernel's own refusals (a CPU that does not exist, a CFS period below 1 ms) drive the rollback
-//! tests. A test prints why and returns early only when there is no v1 hierarchy at all.
+//! tests. A test skips (`weft_testkit::require`) only when there is no v1 hierarchy at all.
 //!
 //! Also the v2 file layout on plain files in a temporary directory, and v2 path handling on the
 //! real (controller-less) cgroup2 mount at `/sys/fs/cgroup/unified` when there is one.
@@ -30,20 +30,20 @@ fn set(s: &str) -> CpuSet {
     s.parse().unwrap()
 }
 
-/// The real v1 hierarchy, or `None` (with the reason printed) when this machine has none.
+/// The real v1 hierarchy, or `None` (a skip through `weft_testkit::require`) when this machine
+/// has none.
 fn v1_hierarchy() -> Option<CgroupHierarchy> {
-    let skip = |why: String| {
-        eprintln!("skipping: {why}");
-        None
-    };
-    match CgroupHierarchy::detect(DEFAULT_CGROUP_ROOT) {
-        Err(e) => skip(format!("no cgroup hierarchy: {e}")),
-        Ok(h) if h.version() != CgroupVersion::V1 => skip(format!("{DEFAULT_CGROUP_ROOT} is cgroup v2, not v1")),
+    let h = match CgroupHierarchy::detect(DEFAULT_CGROUP_ROOT) {
+        Err(e) => Err(format!("a cgroup hierarchy at {DEFAULT_CGROUP_ROOT} ({e})")),
+        Ok(h) if h.version() != CgroupVersion::V1 => {
+            Err(format!("cgroup v1 at {DEFAULT_CGROUP_ROOT} (it is cgroup v2)"))
+        }
         Ok(h) => match CONTROLLERS.iter().find(|c| h.controller_root(**c).is_none()) {
-            Some(c) => skip(format!("v1 controller {} is not mounted", c.name())),
-            None => Some(h),
+            Some(c) => Err(format!("the v1 controller {} mounted", c.name())),
+            None => Ok(h),
         },
-    }
+    };
+    weft_testkit::require_ok(h)
 }
 
 /// A burstable containerd container with the cgroupfs driver in a fresh tree.
@@ -221,8 +221,7 @@ fn a_period_the_kernel_refuses_undoes_the_quota_written_before_it() {
 fn a_cpuset_growing_past_its_pod_widens_the_pod_first() {
     let Some(h) = v1_hierarchy() else { return };
     let online = set(&read(&h.controller_root(Controller::Cpuset).unwrap().join("cpuset.cpus")));
-    if online.len() < 2 {
-        eprintln!("skipping: needs 2 CPUs, has {online}");
+    if !weft_testkit::require(online.len() >= 2, format!("2 CPUs (has {online})")) {
         return;
     }
     let first: CpuSet = online.iter().take(1).collect();
@@ -251,8 +250,7 @@ fn a_cpuset_growing_past_its_pod_widens_the_pod_first() {
 fn a_cpuset_shrinking_below_a_nested_cgroup_narrows_it_first_and_rollback_restores_both() {
     let Some(h) = v1_hierarchy() else { return };
     let online = set(&read(&h.controller_root(Controller::Cpuset).unwrap().join("cpuset.cpus")));
-    if online.len() < 2 {
-        eprintln!("skipping: needs 2 CPUs, has {online}");
+    if !weft_testkit::require(online.len() >= 2, format!("2 CPUs (has {online})")) {
         return;
     }
     let last: CpuSet = online.iter().last().into_iter().collect();
@@ -438,16 +436,15 @@ fn v2_a_failed_write_rolls_back_in_reverse() {
 fn v2_paths_on_the_real_unified_mount() {
     let unified = Path::new(DEFAULT_CGROUP_ROOT).join("unified");
     let h = match CgroupHierarchy::detect(&unified) {
-        Ok(h) if h.version() == CgroupVersion::V2 => h,
-        other => {
-            eprintln!("skipping: no cgroup2 mount at {} ({other:?})", unified.display());
-            return;
-        }
+        Ok(h) if h.version() == CgroupVersion::V2 => Ok(h),
+        other => Err(format!("a cgroup2 mount at {} ({other:?})", unified.display())),
     };
+    let Some(h) = weft_testkit::require_ok(h) else { return };
     let parent = common::unique_root();
     let parent_dir = parent.dir_under(&unified);
-    if let Err(e) = std::fs::create_dir(&parent_dir) {
-        eprintln!("skipping: cannot create a cgroup under {}: {e}", unified.display());
+    let made = std::fs::create_dir(&parent_dir)
+        .map_err(|e| format!("a cgroup it can create under {} ({e})", unified.display()));
+    if weft_testkit::require_ok(made).is_none() {
         return;
     }
     struct Cleanup(Vec<PathBuf>);

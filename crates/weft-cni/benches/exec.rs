@@ -80,7 +80,13 @@ fn raw_moves(dev: &str, netns: &str, n: usize) -> (Vec<Duration>, Vec<Duration>)
 fn main() {
     let macvlan = format!("{CNI_BIN_DIR}/macvlan");
     let host_device = format!("{CNI_BIN_DIR}/host-device");
-    if !can_host_local("weft-cni exec bench") || !Path::new(&macvlan).exists() || !Path::new(&host_device).exists() {
+    if !can_host_local()
+        || !weft_testkit::require(Path::new(&macvlan).exists(), format!("{macvlan} (containernetworking-plugins)"))
+        || !weft_testkit::require(
+            Path::new(&host_device).exists(),
+            format!("{host_device} (containernetworking-plugins)"),
+        )
+    {
         return;
     }
     let n: usize = std::env::var("WEFT_CNI_BENCH_CYCLES").ok().and_then(|v| v.parse().ok()).unwrap_or(200);

@@ -14,7 +14,7 @@ const V: &str = "1.1.0";
 
 #[test]
 fn add_check_del_moves_the_vf_into_the_pod_and_back() {
-    if !can_host_local("add_check_del_moves_the_vf_into_the_pod_and_back") {
+    if !can_host_local() {
         return;
     }
     let node = Node::new(1, "wcpf0");
@@ -82,7 +82,7 @@ fn add_check_del_moves_the_vf_into_the_pod_and_back() {
 
 #[test]
 fn del_after_the_netns_is_gone_releases_everything() {
-    if !can_host_local("del_after_the_netns_is_gone_releases_everything") {
+    if !can_host_local() {
         return;
     }
     let node = Node::new(1, "wcpf0");
@@ -103,7 +103,7 @@ fn del_after_the_netns_is_gone_releases_everything() {
 
 #[test]
 fn exhausted_host_local_range_passes_its_error_through_and_undoes_the_add() {
-    if !can_host_local("exhausted_host_local_range_passes_its_error_through_and_undoes_the_add") {
+    if !can_host_local() {
         return;
     }
     // A /30 has one address to hand out (.1 is the gateway).
@@ -131,7 +131,7 @@ fn exhausted_host_local_range_passes_its_error_through_and_undoes_the_add() {
 
 #[test]
 fn a_pf_that_cannot_set_a_vlan_fails_the_add_cleanly() {
-    if !can_host_local("a_pf_that_cannot_set_a_vlan_fails_the_add_cleanly") {
+    if !can_host_local() {
         return;
     }
     // The PF is a real veth: the kernel knows it, but it has no VFs to configure.
@@ -155,7 +155,7 @@ fn a_pf_that_cannot_set_a_vlan_fails_the_add_cleanly() {
 
 #[test]
 fn two_adds_racing_for_one_vf_give_it_to_exactly_one() {
-    if !can_host_local("two_adds_racing_for_one_vf_give_it_to_exactly_one") {
+    if !can_host_local() {
         return;
     }
     let node = Node::new(1, "wcpf0");
@@ -183,7 +183,7 @@ fn two_adds_racing_for_one_vf_give_it_to_exactly_one() {
 
 #[test]
 fn a_held_vf_lock_means_try_again_later() {
-    if !can_host_local("a_held_vf_lock_means_try_again_later") {
+    if !can_host_local() {
         return;
     }
     let node = Node::new(1, "wcpf0");
@@ -210,7 +210,7 @@ fn a_held_vf_lock_means_try_again_later() {
 
 #[test]
 fn an_interface_name_taken_in_the_pod_is_refused() {
-    if !can_host_local("an_interface_name_taken_in_the_pod_is_refused") {
+    if !can_host_local() {
         return;
     }
     let node = Node::new(1, "wcpf0");
@@ -231,7 +231,7 @@ fn an_interface_name_taken_in_the_pod_is_refused() {
 
 #[test]
 fn a_stale_record_of_a_gone_netns_does_not_block_the_vf() {
-    if !can_host_local("a_stale_record_of_a_gone_netns_does_not_block_the_vf") {
+    if !can_host_local() {
         return;
     }
     let node = Node::new(1, "wcpf0");
@@ -248,7 +248,7 @@ fn a_stale_record_of_a_gone_netns_does_not_block_the_vf() {
 
 #[test]
 fn gc_releases_attachments_not_in_the_valid_list() {
-    if !can_host_local("gc_releases_attachments_not_in_the_valid_list") {
+    if !can_host_local() {
         return;
     }
     let node = Node::new(2, "wcpf0");
@@ -277,7 +277,7 @@ fn gc_releases_attachments_not_in_the_valid_list() {
 
 #[test]
 fn status_is_ready_only_with_a_writable_cache_and_an_ipam_plugin() {
-    if !can_host_local("status_is_ready_only_with_a_writable_cache_and_an_ipam_plugin") {
+    if !can_host_local() {
         return;
     }
     let node = Node::new(0, "wcpf0");

@@ -21,7 +21,7 @@ fn zero_mac() -> Mac {
 
 #[test]
 fn vlan_and_mac_are_set_through_the_pf_and_restored_on_del() {
-    if !can_host_local("vlan_and_mac_are_set_through_the_pf_and_restored_on_del") {
+    if !can_host_local() {
         return;
     }
     let node = Node::new(1, "wcpf0");
@@ -72,7 +72,7 @@ fn vlan_and_mac_are_set_through_the_pf_and_restored_on_del() {
 
 #[test]
 fn a_pf_refusing_the_mac_undoes_the_vlan_and_leaves_the_vf_alone() {
-    if !can_host_local("a_pf_refusing_the_mac_undoes_the_vlan_and_leaves_the_vf_alone") {
+    if !can_host_local() {
         return;
     }
     let node = Node::new(1, "wcpf0");
@@ -99,7 +99,7 @@ fn a_pf_refusing_the_mac_undoes_the_vlan_and_leaves_the_vf_alone() {
 
 #[test]
 fn a_failure_after_the_move_returns_the_vf_and_releases_its_address() {
-    if !can_host_local("a_failure_after_the_move_returns_the_vf_and_releases_its_address") {
+    if !can_host_local() {
         return;
     }
     // host-local hands out the address, but its route cannot be added (its gateway is off-link),
@@ -126,7 +126,7 @@ fn a_failure_after_the_move_returns_the_vf_and_releases_its_address() {
 
 #[test]
 fn weft_ipam_hands_out_the_physnet_range_and_the_physnet_vlan() {
-    if !can_netns("weft_ipam_hands_out_the_physnet_range_and_the_physnet_vlan") {
+    if !can_netns() {
         return;
     }
     let node = Node::new(2, "wcpf0");
@@ -168,7 +168,7 @@ fn weft_ipam_hands_out_the_physnet_range_and_the_physnet_vlan() {
 
 #[test]
 fn netlink_pf_control_on_a_veth_fails_cleanly() {
-    if !can_netns("netlink_pf_control_on_a_veth_fails_cleanly") {
+    if !can_netns() {
         return;
     }
     let pf = VethGuard::new("wcq");

@@ -190,7 +190,7 @@ async fn nri(node: &Node, warm: usize, n: usize) -> (Vec<Duration>, Vec<Duration
 }
 
 fn main() {
-    if !can_netns("the attach bench") {
+    if !can_netns() {
         return;
     }
     let n: usize = std::env::var("WEFT_NIC_ATTACH_BENCH_CYCLES").ok().and_then(|v| v.parse().ok()).unwrap_or(200);

@@ -29,17 +29,11 @@ pub fn have(cmd: &str) -> bool {
     Command::new(cmd).arg("-V").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok()
 }
 
-/// Whether the test can make namespaces and links (root, `ip`); prints why not.
-pub fn can_netns(test: &str) -> bool {
-    if !is_root() {
-        eprintln!("skipping {test}: needs root to create network namespaces and veth pairs");
-        return false;
-    }
-    if !have("ip") {
-        eprintln!("skipping {test}: needs iproute2's ip");
-        return false;
-    }
-    true
+/// Whether the test can make namespaces and links (root, `ip`); a skip through
+/// [`crate::require`] when not.
+pub fn can_netns() -> bool {
+    crate::require(is_root(), "root, to create network namespaces and veth pairs")
+        && crate::require(have("ip"), "iproute2's ip")
 }
 
 /// Run iproute2's `ip` with `args`.

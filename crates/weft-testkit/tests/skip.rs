@@ -3,6 +3,7 @@
 //! summary reads the ledger and cargo's output. The helper's behaviour in a test process is
 //! checked by running this binary again on an ignored child test, with the ledger in a temporary
 //! directory (so these deliberate skips never reach the suite's ledger).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 use std::process::{Command, Output};

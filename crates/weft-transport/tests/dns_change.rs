@@ -6,8 +6,8 @@
 //! A second test serves SRV records (one target per receiver, each its own port), as CoreDNS's
 //! etcd plugin does for records that carry a port.
 //!
-//! Needs `dnsmasq` (Debian: `apt-get install -y dnsmasq-base`). Without it the test is skipped
-//! with a message, unless the environment variable `CI` is set: then it fails.
+//! Needs `dnsmasq` (Debian: `apt-get install -y dnsmasq-base`). Without it the test skips
+//! through `weft_testkit::require` (a failure under `WEFT_TEST_REQUIRE_ALL=1`).
 
 mod support;
 
@@ -130,21 +130,14 @@ async fn receivers(a: &Recorder, b: &Recorder) -> (Receiver, Receiver) {
     panic!("no port free on both 127.0.0.2 and 127.0.0.3");
 }
 
-/// dnsmasq's path; `None` (the test skips) when it is not installed and `CI` is not set.
-fn dnsmasq_or_skip() -> Option<PathBuf> {
-    let bin = dnsmasq_binary();
-    if bin.is_none() {
-        if std::env::var_os("CI").is_some() {
-            panic!("dnsmasq is not installed and CI is set: apt-get install -y dnsmasq-base");
-        }
-        eprintln!("SKIPPED: dnsmasq is not installed (apt-get install -y dnsmasq-base)");
-    }
-    bin
+/// dnsmasq's path, or `None` when it is not installed (a skip through `weft_testkit::require`).
+fn dnsmasq() -> Option<PathBuf> {
+    weft_testkit::require_ok(dnsmasq_binary().ok_or("dnsmasq (apt-get install -y dnsmasq-base)"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn srv_records_give_each_receiver_its_own_port() {
-    let Some(bin) = dnsmasq_or_skip() else { return };
+    let Some(bin) = dnsmasq() else { return };
     let rec_a = Recorder::default();
     let rec_b = Recorder::default();
     let a = Receiver::bind(
@@ -213,7 +206,7 @@ async fn srv_records_give_each_receiver_its_own_port() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dns_record_change_moves_traffic_to_the_new_peers_without_loss() {
-    let Some(bin) = dnsmasq_or_skip() else { return };
+    let Some(bin) = dnsmasq() else { return };
     let rec_a = Recorder::default();
     let rec_b = Recorder::default();
     let (a, b) = receivers(&rec_a, &rec_b).await;

@@ -5,7 +5,8 @@
 //! ```
 //!
 //! The first tests need no GPU. The others need a CUDA driver and a device; without one they
-//! print `SKIPPED <test>: <why>` and pass (they are the tests to run on a GPU machine): IPC
+//! skip through `weft_testkit::require`, whose allow-list names them (they are the tests to run
+//! on a GPU machine; CI has none): IPC
 //! between two processes (the second is this test binary, started again), and the staged path
 //! over a real TCP link, both with data checks.
 #![cfg(feature = "gpu")]
@@ -23,14 +24,11 @@ const DEADLINE: Duration = Duration::from_secs(60);
 /// Set in the child process of the IPC test: the parent's listening address.
 const CHILD_ENV: &str = "WEFT_GPU_IPC_TEST_PEER";
 
-fn gpu_or_skip(test: &str) -> Option<GpuContext> {
-    match GpuContext::probe() {
-        Ok(_) => Some(GpuContext::new(0).expect("opening GPU 0")),
-        Err(e) => {
-            eprintln!("SKIPPED {test}: {e} (this test needs a CUDA driver and a GPU)");
-            None
-        }
-    }
+/// GPU 0, or `None` when there is no CUDA driver or GPU (a skip through `weft_testkit::require`;
+/// these tests are in its allow-list, since CI has no GPU).
+fn gpu() -> Option<GpuContext> {
+    let probed = GpuContext::probe().map_err(|e| format!("a CUDA driver and a GPU ({e})"));
+    weft_testkit::require_ok(probed).map(|_| GpuContext::new(0).expect("opening GPU 0"))
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
@@ -68,7 +66,7 @@ fn payload_descriptors_round_trip_and_reject_garbage() {
 /// set with cuMemsetD8 before sending, the rest copied from the host.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn staged_path_over_tcp_delivers_the_same_bytes() {
-    let Some(ctx) = gpu_or_skip("staged_path_over_tcp_delivers_the_same_bytes") else {
+    let Some(ctx) = gpu() else {
         return;
     };
     let codec = GpuCodec::new(&ctx);
@@ -111,7 +109,7 @@ async fn ipc_between_two_processes_shares_device_memory() {
         ipc_child(peer.parse().expect("parent address")).await;
         return;
     }
-    let Some(ctx) = gpu_or_skip("ipc_between_two_processes_shares_device_memory") else {
+    let Some(ctx) = gpu() else {
         return;
     };
     const LEN: usize = 1 << 20;
@@ -199,7 +197,7 @@ async fn ipc_child(parent: SocketAddr) {
 /// A descriptor naming another node is refused before CUDA is asked to open it.
 #[test]
 fn ipc_descriptor_from_another_node_is_refused() {
-    let Some(ctx) = gpu_or_skip("ipc_descriptor_from_another_node_is_refused") else {
+    let Some(ctx) = gpu() else {
         return;
     };
     let codec = GpuCodec::new(&ctx);

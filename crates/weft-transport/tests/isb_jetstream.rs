@@ -3,7 +3,7 @@
 //! resend with the same `Nats-Msg-Id`, and the pull/ack loop delivers every message once.
 //!
 //! Needs `nats-server` (Debian: `apt-get install -y nats-server`; or `NATS_SERVER=/path`). Without
-//! it each test prints why and passes, unless `CI` is set, where a missing server is a failure.
+//! it each test skips through `weft_testkit::require` (a failure under `WEFT_TEST_REQUIRE_ALL=1`).
 
 // The bench's ISB helpers; the bench uses parts this test does not, and the other way round.
 #[allow(dead_code)]
@@ -20,23 +20,14 @@ use bytes::Bytes;
 /// A hang guard for conditions the server reaches asynchronously (acks applied).
 const DEADLINE: Duration = Duration::from_secs(30);
 
-/// The server, or `None` (after saying why) where the test should skip.
+/// The server, or `None` when nats-server is not installed (a skip through
+/// `weft_testkit::require`). `test` names the check in a start failure.
 fn server(test: &str) -> Option<isb::NatsServer> {
-    match isb::find_nats_server() {
-        Some(bin) => match isb::NatsServer::start(&bin) {
-            Ok(s) => Some(s),
-            Err(e) => panic!("{test}: nats-server is installed but did not start: {e:#}"),
-        },
-        None if std::env::var_os("CI").is_some() => {
-            panic!("{test}: nats-server not found and CI is set (apt-get install -y nats-server)")
-        }
-        None => {
-            eprintln!(
-                "{test}: SKIPPED: nats-server not found (apt-get install -y nats-server, or set \
-                 NATS_SERVER)"
-            );
-            None
-        }
+    let bin = isb::find_nats_server().ok_or("nats-server (apt-get install -y nats-server, or set NATS_SERVER)");
+    let bin = weft_testkit::require_ok(bin)?;
+    match isb::NatsServer::start(&bin) {
+        Ok(s) => Some(s),
+        Err(e) => panic!("{test}: nats-server is installed but did not start: {e:#}"),
     }
 }
 

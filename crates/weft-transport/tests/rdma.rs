@@ -6,7 +6,7 @@
 //!
 //! The side-channel handshake runs over real TCP sockets everywhere. The device tests need an
 //! RDMA device with an active port (a NIC, or soft-RoCE: `rdma link add rxe0 type rxe netdev
-//! eth0`); without one they print `SKIPPED <test>: <why>` and pass. They bind to the address a
+//! eth0`); without one they skip through `weft_testkit::require`, whose allow-list names them. They bind to the address a
 //! RoCE GID carries (or `WEFT_RDMA_TEST_ADDR`, needed on InfiniBand, where GIDs carry no IP).
 #![cfg(feature = "rdma")]
 
@@ -130,15 +130,15 @@ async fn without_a_device_links_fail_with_a_clear_error() {
     }
 }
 
-/// The address and backend config the device tests run on, or `None` (with the reason
-/// printed) when there is no usable device.
-fn device_or_skip(test: &str) -> Option<IpAddr> {
+/// The address the device tests run on, or `None` when there is no usable device (a skip
+/// through `weft_testkit::require`; these tests are in its allow-list, since CI has no device).
+fn device(test: &str) -> Option<IpAddr> {
     let endpoints = weft_transport::rdma::endpoints().expect("listing RDMA endpoints");
     if endpoints.is_empty() {
         let names = weft_transport::rdma::device_names().expect("device list");
-        eprintln!(
-            "SKIPPED {test}: no RDMA device with an active port (devices: {names:?}); this \
-             test needs an RDMA NIC or soft-RoCE"
+        weft_testkit::require(
+            false,
+            format!("an RDMA NIC or soft-RoCE: a device with an active port (devices: {names:?})"),
         );
         return None;
     }
@@ -178,7 +178,7 @@ fn payload(i: usize, len: usize) -> Bytes {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn device_backend_passes_the_conformance_suite() {
-    let Some(ip) = device_or_skip("device_backend_passes_the_conformance_suite") else {
+    let Some(ip) = device("device_backend_passes_the_conformance_suite") else {
         return;
     };
     let backend = RdmaBackend::new(RdmaConfig::default()).expect("backend");
@@ -190,7 +190,7 @@ async fn device_backend_passes_the_conformance_suite() {
 /// end, credits throttling the sender; every frame arrives whole and in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn device_small_ring_wraps_many_times_under_credits() {
-    let Some(ip) = device_or_skip("device_small_ring_wraps_many_times_under_credits") else {
+    let Some(ip) = device("device_small_ring_wraps_many_times_under_credits") else {
         return;
     };
     let backend =
@@ -205,7 +205,7 @@ async fn device_small_ring_wraps_many_times_under_credits() {
 /// reuses space only after it was given back), and the ring moves on once it is dropped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn device_held_payload_is_never_overwritten() {
-    let Some(ip) = device_or_skip("device_held_payload_is_never_overwritten") else {
+    let Some(ip) = device("device_held_payload_is_never_overwritten") else {
         return;
     };
     let backend =
@@ -229,7 +229,7 @@ async fn device_peer_process_death_fails_the_reader_after_its_frames() {
         let _ = r.read_frame().await;
         std::process::abort();
     }
-    let Some(ip) = device_or_skip("device_peer_process_death_fails_the_reader_after_its_frames") else {
+    let Some(ip) = device("device_peer_process_death_fails_the_reader_after_its_frames") else {
         return;
     };
     let backend = RdmaBackend::new(RdmaConfig::default()).expect("backend");

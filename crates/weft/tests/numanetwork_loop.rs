@@ -18,8 +18,7 @@
 //! names the veth as the VF), an `etcd` process. Fake: the PF's VLAN calls (`FakePfControl`).
 //!
 //! Needs root and iproute2 (the namespace) and `/usr/bin/etcd` (Debian `etcd-server`); without
-//! them the test says why and passes, except under `CI` (set, and not `false`/`0`), where it
-//! fails. Every wait is on a condition (the fake API server's change notifications, NRI harness
+//! them the test skips through `weft_testkit::require` (a failure under `WEFT_TEST_REQUIRE_ALL=1`). Every wait is on a condition (the fake API server's change notifications, NRI harness
 //! events, etcd state polled) under a hang guard; nothing asserts on time. Namespaces, links, the
 //! etcd process and temporary files are removed by guards, pass or fail.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -64,6 +63,7 @@ use weft_pipeline::{VERTEX_DOMAIN_ENV, VERTEX_DOMAIN_TARGETS_ENV, VERTEX_DOMAINS
 use weft_testkit::controller::{fast_settings, guard};
 use weft_testkit::netns::{NetnsGuard, VethGuard, have, ip, is_root, unique};
 use weft_testkit::numaflow;
+use weft_testkit::{require, require_ok};
 use weft_topology::discover::{FakeSriovTree, read_sriov};
 
 /// The pipeline's namespace.
@@ -86,20 +86,6 @@ const PHYSNET: &str = "fabric";
 const VERTEX: &str = "inference";
 /// The annotation the resource-claim controller puts on a claim it makes for a pod's claim entry.
 const POD_CLAIM_NAME_ANNOTATION: &str = "resource.kubernetes.io/pod-claim-name";
-
-/// Whether this run is CI's, where a missing prerequisite fails instead of skipping.
-fn under_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
-}
-
-/// Skips (returns `false`, saying why) or, under CI, fails.
-fn prerequisite(met: bool, why: &str) -> bool {
-    if !met {
-        assert!(!under_ci(), "{why}; under CI the NumaNetwork loop test must run");
-        eprintln!("skipping the NumaNetwork loop test: {why}");
-    }
-    met
-}
 
 /// A network namespace for the pod, or why none can be made here.
 fn pod_netns() -> Result<NetnsGuard, String> {
@@ -471,22 +457,16 @@ async fn answers(store: &EtcdStore, domain: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_numanetwork_vertex_gets_a_nic_an_address_and_a_dns_record_and_gives_them_back() {
     let started = Instant::now();
-    if !prerequisite(is_root(), "needs root to make a network namespace and veth pairs")
-        || !prerequisite(have("ip"), "needs iproute2's ip")
-        || !prerequisite(
+    if !require(is_root(), "root, to make a network namespace and veth pairs")
+        || !require(have("ip"), "iproute2's ip")
+        || !require(
             Path::new(dns_support::ETCD_BIN).exists(),
-            "needs /usr/bin/etcd (Debian etcd-server; scripts/test-all.sh installs it)",
+            "/usr/bin/etcd (Debian etcd-server; scripts/test-all.sh installs it)",
         )
     {
         return;
     }
-    let netns = match pod_netns() {
-        Ok(ns) => ns,
-        Err(why) => {
-            prerequisite(false, &why);
-            return;
-        }
-    };
+    let Some(netns) = require_ok(pod_netns()) else { return };
     let netns_path = PathBuf::from(netns.path());
     let etcd = dns_support::Etcd::start().await.expect("etcd is installed");
     let store = etcd.store();

@@ -23,16 +23,13 @@ static BUS: AtomicU32 = AtomicU32::new(0);
 #[allow(unused_imports)]
 pub use weft_testkit::netns::{NetnsGuard, VethGuard, can_netns, have, ip, ip_ok, unique};
 
-/// [`can_netns`] and Debian's host-local IPAM plugin.
-pub fn can_host_local(test: &str) -> bool {
-    if !can_netns(test) {
-        return false;
-    }
-    if !Path::new(CNI_BIN_DIR).join("host-local").exists() {
-        eprintln!("skipping {test}: needs {CNI_BIN_DIR}/host-local (apt-get install containernetworking-plugins)");
-        return false;
-    }
-    true
+/// [`can_netns`] and Debian's host-local IPAM plugin; a skip through `weft_testkit::require` when not.
+pub fn can_host_local() -> bool {
+    can_netns()
+        && weft_testkit::require(
+            Path::new(CNI_BIN_DIR).join("host-local").exists(),
+            format!("{CNI_BIN_DIR}/host-local (apt-get install containernetworking-plugins)"),
+        )
 }
 
 /// A link as `ip -j link` shows it.
