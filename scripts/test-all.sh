@@ -44,7 +44,19 @@ log "cargo test (workspace)"
 # Every RBAC check (weft_testkit::rbac::assert_granted) writes the rules its requests used to this
 # ledger; the check after the suite fails on rules that no test exercised.
 rm -rf "${CARGO_TARGET_DIR:-target}/rbac-ledger"
-cargo test --workspace --features weft-transport/rdma,weft-transport/gpu --locked --no-fail-fast
+# Every skip (weft_testkit::require) writes the test and what it lacked to the skip ledger. The switch
+# turns a skip into a failure unless weft_testkit::skip::ALLOWED_SKIPS explains why CI cannot run the
+# test (no GPU, no RDMA device, no cgroup v2 here). On exit, pass or fail, the run prints what ran (per
+# test binary, from the output kept in test-all.log) and every skip (the skip_summary test).
+export WEFT_TEST_REQUIRE_ALL=1
+rm -rf "${CARGO_TARGET_DIR:-target}/skip-ledger"
+test_log="${CARGO_TARGET_DIR:-target}/test-all.log"
+skip_summary() {
+  log "what ran and what skipped (${test_log}, ${CARGO_TARGET_DIR:-target}/skip-ledger)"
+  WEFT_TEST_LOG="$test_log" cargo test -p weft-testkit --test skip_summary --locked -q -- --ignored --nocapture
+}
+trap 'rc=$?; skip_summary || rc=1; exit $rc' EXIT
+cargo test --workspace --features weft-transport/rdma,weft-transport/gpu --locked --no-fail-fast 2>&1 | tee "$test_log"
 
 log "weft simulate --matrix, the small cells (weft against the baselines; a loss on a cell marked gate: true fails)"
 # The debug weft binary the suite just built for its CLI tests. Which cells gate is set in the
