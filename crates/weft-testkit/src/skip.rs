@@ -299,6 +299,51 @@ pub fn tally(log: &str) -> Vec<Ran> {
     out
 }
 
+/// The end-of-run report: what ran per binary (when `ran` is given) and every skip in `skips`,
+/// each allowed one with its reason and the others marked `UNEXPLAINED`.
+pub fn report(ran: Option<&[Ran]>, skips: &[Entry], ledger: &Path) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    if let Some(ran) = ran {
+        out.push_str("What ran (cargo test's counts per test binary, in the order cargo ran them):\n");
+        for r in ran {
+            let _ = writeln!(
+                out,
+                "  {:<56} {:>4} passed {:>3} failed {:>3} ignored",
+                r.binary, r.passed, r.failed, r.ignored
+            );
+        }
+        let sum = |f: fn(&Ran) -> u64| ran.iter().map(f).sum::<u64>();
+        let _ = writeln!(
+            out,
+            "  total: {} binaries, {} passed (the skipped tests below among them), {} failed, {} ignored",
+            ran.len(),
+            sum(|r| r.passed),
+            sum(|r| r.failed),
+            sum(|r| r.ignored)
+        );
+    }
+    let unexplained = skips.iter().filter(|s| s.allowed.is_none()).count();
+    let _ = writeln!(
+        out,
+        "Skipped: {} ({} allowed, {unexplained} unexplained; ledger {})",
+        skips.len(),
+        skips.len() - unexplained,
+        ledger.display()
+    );
+    for s in skips {
+        match &s.allowed {
+            Some(why) => {
+                let _ = writeln!(out, "  {}::{}: needs {} (allowed: {why})", s.binary, s.test, s.what);
+            }
+            None => {
+                let _ = writeln!(out, "  {}::{}: needs {} (UNEXPLAINED)", s.binary, s.test, s.what);
+            }
+        }
+    }
+    out
+}
+
 /// Where a source file sits, for [`lint`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SourceKind {

@@ -202,3 +202,31 @@ test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; fini
     ];
     assert_eq!(ran, want);
 }
+
+#[test]
+fn the_report_lists_what_ran_and_marks_each_skip_allowed_or_unexplained() {
+    let ran = [
+        Ran { binary: "tests/gpu.rs (gpu)".into(), passed: 5, failed: 0, ignored: 0, filtered: 0 },
+        Ran { binary: "tests/cni.rs (cni)".into(), passed: 11, failed: 1, ignored: 2, filtered: 0 },
+    ];
+    let (binary, test, why) = ALLOWED_SKIPS[0];
+    let skips = [
+        Entry { binary: binary.into(), test: test.into(), what: "a GPU".into(), allowed: Some(why.into()) },
+        Entry { binary: "cni".into(), test: "add".into(), what: "root".into(), allowed: None },
+    ];
+    let text = weft_testkit::skip::report(Some(&ran), &skips, Path::new("/t/skip-ledger"));
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[1].starts_with("  tests/gpu.rs (gpu)") && lines[1].ends_with("5 passed   0 failed   0 ignored"),
+        "{text}"
+    );
+    assert!(lines[2].ends_with("11 passed   1 failed   2 ignored"), "{text}");
+    assert_eq!(lines[3], "  total: 2 binaries, 16 passed (the skipped tests below among them), 1 failed, 2 ignored");
+    assert_eq!(lines[4], "Skipped: 2 (1 allowed, 1 unexplained; ledger /t/skip-ledger)");
+    assert_eq!(lines[5], format!("  {binary}::{test}: needs a GPU (allowed: {why})"));
+    assert_eq!(lines[6], "  cni::add: needs root (UNEXPLAINED)");
+    assert_eq!(lines.len(), 7, "{text}");
+
+    let none = weft_testkit::skip::report(None, &[], Path::new("/t/skip-ledger"));
+    assert_eq!(none, "Skipped: 0 (0 allowed, 0 unexplained; ledger /t/skip-ledger)\n");
+}
