@@ -27,6 +27,7 @@ pub fn gb200_nvl72_tray() -> Result<NodeTopology, TopologyError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -34,7 +35,10 @@ mod tests {
     fn the_tray_is_four_gpus_on_nvlink5_each_beside_its_own_nic() {
         let t = gb200_nvl72_tray().unwrap();
         assert_eq!(t.gpu_count(), 4);
-        assert_eq!(t.nics.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"]);
+        assert_eq!(
+            t.nics.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(),
+            ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"]
+        );
         for a in 0..4 {
             for b in 0..4 {
                 if a != b {

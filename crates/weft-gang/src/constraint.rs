@@ -155,6 +155,7 @@ pub struct NetworkTopologySpec {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -183,7 +184,10 @@ mod tests {
         .unwrap();
         assert_eq!(c, Some(TierConstraint::hard(TierRef::Number(2))));
         let e = TierConstraint::from_annotations(&ann(&[(VOLCANO_TIER_ANNOTATION, "two")])).unwrap_err();
-        assert_eq!(e.to_string(), "volcano.sh/network-topology-highest-tier: `two` is not a tier number (an integer ≥ 0)");
+        assert_eq!(
+            e.to_string(),
+            "volcano.sh/network-topology-highest-tier: `two` is not a tier number (an integer ≥ 0)"
+        );
         assert_eq!(TierConstraint::from_annotations(&ann(&[])).unwrap(), None);
     }
 

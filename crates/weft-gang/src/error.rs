@@ -33,21 +33,17 @@ pub enum ModelError {
     },
     /// A domain seen under two different parents.
     #[error(
-        "{tier} domain `{domain}` is under two parents: `{first_parent}` (node `{first_node}`) and `{second_parent}` (node `{second_node}`); a tier's domain must sit inside one domain of each tier above it"
+        "{tier} domain `{domain}` is under two parents: {first} and {second}; a tier's domain must sit inside one domain of each tier above it"
     )]
     TwoParents {
-        /// The tier (label key or HyperNode tier name).
+        /// The tier (label key).
         tier: String,
         /// The domain's name (label value).
         domain: String,
-        /// The first parent seen (`(none)` at the top).
-        first_parent: String,
-        /// The node where the first parent was seen.
-        first_node: String,
-        /// The second parent.
-        second_parent: String,
-        /// The node where the second parent was seen.
-        second_node: String,
+        /// The first parent seen and the node it was seen on: `` `s1` (node `n5`) ``.
+        first: String,
+        /// The second, likewise.
+        second: String,
     },
     /// A `nvidia.com/gpu.clique` value not in GFD's `<clusterUUID>.<cliqueId>` form.
     #[error(
@@ -82,7 +78,7 @@ pub enum ModelError {
         second: String,
     },
     /// HyperNodes that contain each other.
-    #[error("HyperNodes form a cycle: {chain}")]
+    #[error("HyperNodes form a cycle (each a member of the next): {chain}")]
     HyperNodeCycle {
         /// The cycle, `a -> b -> a`.
         chain: String,
@@ -152,9 +148,7 @@ pub enum PlanError {
         known: String,
     },
     /// No domain within the allowed tiers holds every member.
-    #[error(
-        "a gang of {members} × {gpus} GPU(s) does not fit within tier {tier}: {best}"
-    )]
+    #[error("a gang of {members} × {gpus} GPU(s) does not fit within tier {tier}: {best}")]
     NoFit {
         /// Members asked.
         members: usize,

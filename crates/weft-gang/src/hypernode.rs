@@ -176,26 +176,27 @@ impl LabelSelector {
     }
 }
 
+/// One document: a HyperNode, or a list of them (`items`).
+#[derive(Deserialize)]
+struct Document {
+    #[serde(default)]
+    items: Option<Vec<HyperNode>>,
+    #[serde(default)]
+    metadata: Metadata,
+    #[serde(default)]
+    spec: HyperNodeSpec,
+}
+
 /// Parse HyperNodes from YAML or JSON: one or more documents, each a HyperNode or a list
-/// (`items`, as `kubectl get hypernodes -o yaml` prints). Errors name the document and field.
+/// (`items`, as `kubectl get hypernodes -o yaml` prints). Errors name the line and field.
 pub fn parse_hypernodes(text: &str, source_name: &str) -> Result<Vec<HyperNode>, ModelError> {
-    let parse = |message: String| ModelError::Parse { source_name: source_name.to_string(), message };
-    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(text).map_err(|e| parse(e.to_string()))?;
+    let docs: Vec<Option<Document>> = serde_saphyr::from_multiple(text)
+        .map_err(|e| ModelError::Parse { source_name: source_name.to_string(), message: e.to_string() })?;
     let mut out = Vec::new();
-    for (di, doc) in docs.into_iter().enumerate() {
-        if doc.is_null() {
-            continue;
-        }
-        let items: Vec<(String, serde_json::Value)> = match doc.get("items") {
-            Some(serde_json::Value::Array(items)) => {
-                items.iter().enumerate().map(|(i, v)| (format!("items[{i}]."), v.clone())).collect()
-            }
-            _ => vec![(String::new(), doc)],
-        };
-        for (prefix, v) in items {
-            let hn: HyperNode = serde_path_to_error::deserialize(v)
-                .map_err(|e| parse(format!("document {}: {prefix}{}: {}", di + 1, e.path(), e.inner())))?;
-            out.push(hn);
+    for doc in docs.into_iter().flatten() {
+        match doc.items {
+            Some(items) => out.extend(items),
+            None => out.push(HyperNode { metadata: doc.metadata, spec: doc.spec }),
         }
     }
     Ok(out)
@@ -302,7 +303,7 @@ pub fn from_hypernodes(hypernodes: &[HyperNode], nodes: &[ClusterNode]) -> Resul
         let mut cur = start;
         while let Some(p) = parent[cur] {
             if let Some(at) = chain.iter().position(|&c| c == p) {
-                let mut names: Vec<&str> = chain[at..].iter().rev().map(|&c| sorted[c].metadata.name.as_str()).collect();
+                let mut names: Vec<&str> = chain[at..].iter().map(|&c| sorted[c].metadata.name.as_str()).collect();
                 names.push(sorted[p].metadata.name.as_str());
                 return Err(ModelError::HyperNodeCycle { chain: names.join(" -> ") });
             }

@@ -427,7 +427,9 @@ impl Skeleton {
             }
         }
         if let Some(d) = visited.iter().position(|v| !v) {
-            return Err(ModelError::HyperNodeCycle { chain: format!("`{}` is not reachable from the root", domains[d].name) });
+            return Err(ModelError::HyperNodeCycle {
+                chain: format!("`{}` is not reachable from the root", domains[d].name),
+            });
         }
         let mut position = vec![0; names.len()];
         for (p, &n) in order.iter().enumerate() {
@@ -469,9 +471,8 @@ pub fn from_labels(levels: &LabelLevels, nodes: &[ClusterNode]) -> Result<Networ
     }
     let k = levels.levels.len();
     // Tier index of level i (top first) is k - 1 - i.
-    let tiers: Vec<Tier> = (0..k)
-        .map(|t| Tier { name: levels.levels[k - 1 - t].keys[0].clone(), number: t as u32 + 1 })
-        .collect();
+    let tiers: Vec<Tier> =
+        (0..k).map(|t| Tier { name: levels.levels[k - 1 - t].keys[0].clone(), number: t as u32 + 1 }).collect();
     let mut names = Vec::with_capacity(nodes.len());
     let mut seen_nodes: FxHashMap<&str, ()> = FxHashMap::default();
     // (level, value) → skeleton domain index; per domain: (parent, node where the parent was seen).
@@ -503,10 +504,8 @@ pub fn from_labels(levels: &LabelLevels, nodes: &[ClusterNode]) -> Result<Networ
                         return Err(ModelError::TwoParents {
                             tier: level.keys[0].clone(),
                             domain: value.clone(),
-                            first_parent: show(domains[d].2),
-                            first_node: nodes[seen_at[d]].name.clone(),
-                            second_parent: show(parent),
-                            second_node: node.name.clone(),
+                            first: format!("`{}` (node `{}`)", show(domains[d].2), nodes[seen_at[d]].name),
+                            second: format!("`{}` (node `{}`)", show(parent), node.name),
                         });
                     }
                     d
@@ -539,6 +538,7 @@ pub fn is_clique(v: &str) -> bool {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -554,7 +554,8 @@ mod tests {
 
     #[test]
     fn topograph_preset_reads_the_depth_the_nodes_carry() {
-        let nodes = [ClusterNode::new("a", &[("fabric.topograph.run/tier-0", "l1"), ("fabric.topograph.run/tier-2", "z")])];
+        let nodes =
+            [ClusterNode::new("a", &[("fabric.topograph.run/tier-0", "l1"), ("fabric.topograph.run/tier-2", "z")])];
         let l = LabelLevels::topograph_for(&nodes);
         let keys: Vec<&str> = l.levels.iter().map(|l| l.keys[0].as_str()).collect();
         assert_eq!(

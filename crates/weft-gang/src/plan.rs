@@ -107,12 +107,7 @@ pub struct Plan {
 }
 
 /// Plan `gang` over `model` with each node's free capacity (`free[i]` for model node i).
-pub fn plan(
-    model: &NetworkModel,
-    free: &[NodeFree],
-    gang: &Gang,
-    sets: &mut dyn GpuSets,
-) -> Result<Plan, PlanError> {
+pub fn plan(model: &NetworkModel, free: &[NodeFree], gang: &Gang, sets: &mut dyn GpuSets) -> Result<Plan, PlanError> {
     if gang.members == 0 {
         return Err(PlanError::EmptyGang);
     }
@@ -249,12 +244,12 @@ pub fn plan(
 /// Members of this gang a node holds.
 fn node_slots(f: &NodeFree, gang: &Gang) -> usize {
     let mut s = gang.members;
-    if gang.gpus_per_member > 0 {
-        s = s.min(f.gpus.count_ones() as usize / gang.gpus_per_member);
+    if let Some(by_gpus) = (f.gpus.count_ones() as usize).checked_div(gang.gpus_per_member) {
+        s = s.min(by_gpus);
     }
     for (p, &v) in &gang.vfs_per_member {
-        if v > 0 {
-            s = s.min((f.vfs.get(p).copied().unwrap_or(0) / v) as usize);
+        if let Some(by_vfs) = f.vfs.get(p).copied().unwrap_or(0).checked_div(v) {
+            s = s.min(by_vfs as usize);
         }
     }
     s
@@ -282,7 +277,13 @@ fn no_fit(model: &NetworkModel, gang: &Gang, limit: Option<usize>, cap: &dyn Fn(
         ),
         Some(t) => {
             let tier = &model.tiers()[t];
-            let most = model.tier_domains(t).iter().map(|&d| (cap(d), d)).max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+            // The first (by name) of the domains holding the most.
+            let mut most: Option<(usize, usize)> = None;
+            for &d in model.tier_domains(t) {
+                if most.is_none_or(|(c, _)| cap(d) > c) {
+                    most = Some((cap(d), d));
+                }
+            }
             let best = match most {
                 None => format!("the cluster has no {} domain", tier.name),
                 Some((c, d)) => format!(
@@ -345,7 +346,7 @@ fn assign(
         let (i, take) = match fit {
             Some(i) => (i, rest),
             None => match used.iter().position(|u| !u) {
-                Some(i) => (i, items[i].0),
+                Some(i) => (i, items[i].0.min(rest)),
                 // Unreachable: the domain's slots cover k.
                 None => break,
             },
