@@ -541,6 +541,14 @@ pub struct PolicyGap {
     /// `(bound − placed) / bound`: at least the true gap to the optimum (equal when the bound is
     /// optimal); 0 when the bound is 0.
     pub gap: f64,
+    /// Its mean bottleneck ring bandwidth over its placed multi-GPU pods, GB/s (0 without them).
+    pub mean_ring_gbps: f64,
+    /// [`ring_bound`] at the pods it placed: no placement of at least as many pods has a higher
+    /// mean bottleneck. None without multi-GPU pods placed, or when the solve gave no number.
+    pub ring_bound_gbps: Option<f64>,
+    /// `(ring bound − mean) / ring bound`, at least the true gap to the best mean bottleneck of a
+    /// placement of that many pods.
+    pub ring_gap: Option<f64>,
 }
 
 /// One instance: the bound and every policy's gap to it.
@@ -564,7 +572,8 @@ pub struct InstanceReport {
     pub policies: Vec<PolicyGap>,
 }
 
-/// Run `policies` over `pods` on `cluster` and put each beside the bound on pods placed.
+/// Run `policies` over `pods` on `cluster` and put each beside the bound on pods placed, and its
+/// mean bottleneck beside [`ring_bound`] at the pods it placed.
 pub fn compare(
     cluster: &Cluster,
     pods: &[SimPod],
@@ -578,7 +587,20 @@ pub fn compare(
     for &policy in policies {
         let r = run_policy(cluster, pods, policy, score_config, seed, &mut |_| {})?;
         let gap = if bound.bound == 0 { 0.0 } else { (bound.bound as f64 - r.placed as f64) / bound.bound as f64 };
-        gaps.push(PolicyGap { policy: r.policy, placed: r.placed, gap });
+        let ring_bound_gbps = if r.multi_gpu_placed == 0 {
+            None
+        } else {
+            ring_bound(cluster, pods, r.placed, options)?.mean_gbps
+        };
+        let ring_gap = ring_bound_gbps.filter(|&b| b > 0.0).map(|b| ((b - r.mean_ring_bandwidth_gbps) / b).max(0.0));
+        gaps.push(PolicyGap {
+            policy: r.policy,
+            placed: r.placed,
+            gap,
+            mean_ring_gbps: r.mean_ring_bandwidth_gbps,
+            ring_bound_gbps,
+            ring_gap,
+        });
     }
     let optimum_at_least = gaps.iter().map(|g| g.placed).chain(bound.best_found).max().unwrap_or(0);
     Ok(InstanceReport {
@@ -590,4 +612,160 @@ pub fn compare(
         bound,
         policies: gaps,
     })
+}
+
+/// Most GPU subsets of one size a node type's best-set bandwidth is searched over; beyond it the
+/// fastest GPU pair of the type stands in (a ring is never faster than its fastest hop).
+const MAX_SUBSETS: u64 = 20_000;
+
+/// An upper bound on the mean bottleneck ring bandwidth over the placed multi-GPU pods, over every
+/// placement that places at least a given number of pods.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RingBound {
+    /// The placements bounded place at least this many pods.
+    pub min_placed: usize,
+    /// No such placement has a higher mean bottleneck ring bandwidth over its multi-GPU pods
+    /// (GB/s); None when no placement of that many pods exists even in the relaxation.
+    pub mean_gbps: Option<f64>,
+    /// Wall time of the solve, milliseconds.
+    pub solve_ms: f64,
+    /// Why there is no number (the solver's error or its time limit), when there is none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// The fastest bottleneck ring any `g` GPUs of `topology` can form: exact over every subset when
+/// there are at most [`MAX_SUBSETS`], else the fastest pair (an upper bound either way). 0 for a
+/// single GPU (no ring) or more GPUs than the node has.
+pub fn best_ring_of_size(topology: &weft_topology::NodeTopology, g: usize) -> f64 {
+    let n = topology.gpu_count();
+    if g < 2 || g > n {
+        return 0.0;
+    }
+    let subsets = (0..g as u64).try_fold(1u64, |acc, i| acc.checked_mul(n as u64 - i).map(|v| v / (i + 1)));
+    if subsets.is_none_or(|s| s > MAX_SUBSETS) {
+        let mut best = 0.0f64;
+        for a in 0..n {
+            for b in a + 1..n {
+                best = best.max(topology.pair_bandwidth_gbps(a, b));
+            }
+        }
+        return best;
+    }
+    let mut best = 0.0f64;
+    let mut set: Vec<usize> = (0..g).collect();
+    loop {
+        if let Some(r) = topology.ring_bandwidth(&set) {
+            best = best.max(r.upper_bound_gbps);
+        }
+        // Next g-subset in lexicographic order.
+        let Some(i) = (0..g).rev().find(|&i| set[i] < n - g + i) else { break };
+        set[i] += 1;
+        for j in i + 1..g {
+            set[j] = set[j - 1] + 1;
+        }
+    }
+    best
+}
+
+/// The bound of [`RingBound`], by a linear program over node types instead of nodes (a relaxation
+/// of [`build_program`]'s: a type's nodes pool their GPUs and VFs, and each pod may be split):
+/// `x[p][t] ∈ [0, 1]` is the share of pod `p` on type `t`; at each checked instant each type's
+/// running pods use at most its nodes' GPUs and per-physnet VFs together; `Σ x ≥ min_placed`; and
+/// a pod of `g ≥ 2` GPUs on type `t` counts [`best_ring_of_size`]`(t, g)`, the best any of its
+/// sets could get. Every real placement is a point of this program, so its largest
+/// `Σ bw·x / Σ_{g≥2} x` bounds every policy's mean bottleneck. The ratio is made linear the
+/// Charnes–Cooper way: `y = s·x` with `Σ_{g≥2} y = 1`, `s ≥ 0`.
+pub fn ring_bound(
+    cluster: &Cluster,
+    pods: &[SimPod],
+    min_placed: usize,
+    options: &OptimumOptions,
+) -> Result<RingBound, OptimumError> {
+    let started = Instant::now();
+    if cluster.nodes.is_empty() {
+        return Err(SimError::EmptyCluster.into());
+    }
+    let counts = needs(cluster, pods)?;
+    let types = cluster.types.len();
+    let mut nodes_of = vec![0usize; types];
+    for n in &cluster.nodes {
+        nodes_of[n.node_type] += 1;
+    }
+    let mut ring: BTreeMap<(usize, usize), f64> = BTreeMap::new();
+    let mut problem = Problem::new(OptimizationDirection::Maximize);
+    let scale = problem.add_var(0.0, (0.0, f64::INFINITY));
+    // vars[p]: (type, variable) for each type that could hold p.
+    let mut vars: Vec<Vec<(usize, Variable)>> = Vec::with_capacity(pods.len());
+    for need in &counts.pods {
+        let mut of_p = Vec::new();
+        for (t, cap) in counts.types.iter().enumerate() {
+            if nodes_of[t] == 0 || !fits(need, cap) {
+                continue;
+            }
+            let bw =
+                *ring.entry((t, need.gpus)).or_insert_with(|| best_ring_of_size(&cluster.types[t].topology, need.gpus));
+            of_p.push((t, problem.add_var(bw, (0.0, f64::INFINITY))));
+        }
+        if !of_p.is_empty() {
+            problem.add_constraint(of_p.iter().map(|&(_, v)| (v, 1.0)).chain([(scale, -1.0)]), ComparisonOp::Le, 0.0);
+        }
+        vars.push(of_p);
+    }
+    let multi: Vec<(Variable, f64)> = counts
+        .pods
+        .iter()
+        .zip(&vars)
+        .filter(|(need, _)| need.gpus >= 2)
+        .flat_map(|(_, of_p)| of_p.iter().map(|&(_, v)| (v, 1.0)))
+        .collect();
+    if multi.is_empty() {
+        return Ok(RingBound {
+            min_placed,
+            mean_gbps: None,
+            solve_ms: started.elapsed().as_secs_f64() * 1000.0,
+            note: Some("no multi-GPU pod fits the cluster".into()),
+        });
+    }
+    problem.add_constraint(multi, ComparisonOp::Eq, 1.0);
+    let all: Vec<(Variable, f64)> = vars.iter().flatten().map(|&(_, v)| (v, 1.0)).collect();
+    problem.add_constraint(all.into_iter().chain([(scale, -(min_placed as f64))]), ComparisonOp::Ge, 0.0);
+    for running in checked_instants(pods) {
+        for (t, cap) in counts.types.iter().enumerate() {
+            let on_t: Vec<(usize, Variable)> =
+                running.iter().filter_map(|&p| vars[p].iter().find(|(u, _)| *u == t).map(|&(_, v)| (p, v))).collect();
+            let gpus_cap = (cap.gpus * nodes_of[t]) as f64;
+            if on_t.iter().map(|&(p, _)| counts.pods[p].gpus as f64).sum::<f64>() > gpus_cap {
+                problem.add_constraint(
+                    on_t.iter().map(|&(p, v)| (v, counts.pods[p].gpus as f64)).chain([(scale, -gpus_cap)]),
+                    ComparisonOp::Le,
+                    0.0,
+                );
+            }
+            for (s, &vfs) in cap.vfs.iter().enumerate() {
+                let vfs_cap = (vfs * nodes_of[t]) as f64;
+                let asks: Vec<(Variable, f64)> = on_t
+                    .iter()
+                    .filter(|&&(p, _)| counts.pods[p].vfs[s] > 0)
+                    .map(|&(p, v)| (v, counts.pods[p].vfs[s] as f64))
+                    .collect();
+                if asks.iter().map(|(_, c)| c).sum::<f64>() > vfs_cap {
+                    problem.add_constraint(asks.into_iter().chain([(scale, -vfs_cap)]), ComparisonOp::Le, 0.0);
+                }
+            }
+        }
+    }
+    let mut solve_options = SolveOptions::default();
+    solve_options.time_limit = Some(options.time_limit);
+    let (mean_gbps, note) = match problem.solve_with(solve_options) {
+        // A round-off allowance keeps the bound a bound.
+        Ok(SolveOutcome::Solution(s)) => (Some(s.objective() * (1.0 + 1e-9) + 1e-9), None),
+        Ok(SolveOutcome::Interrupted(_)) => (None, Some("stopped at the time limit".to_string())),
+        Err(microlp::Error::Infeasible) => {
+            (None, Some(format!("no placement of {min_placed} pods fits, even split over node types")))
+        }
+        Err(e) => (None, Some(e.to_string())),
+    };
+    Ok(RingBound { min_placed, mean_gbps, solve_ms: started.elapsed().as_secs_f64() * 1000.0, note })
 }
