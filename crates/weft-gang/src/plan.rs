@@ -102,7 +102,8 @@ pub struct Plan {
     pub members: Vec<MemberPlan>,
     /// Distinct nodes used.
     pub nodes: usize,
-    /// Whether every member's GPUs are on the first member's rails; None when not asked.
+    /// Whether every member's GPUs are on the first member's rails; None when not asked or when
+    /// the model has no rails.
     pub rail_aligned: Option<bool>,
 }
 
@@ -160,7 +161,9 @@ pub fn plan(model: &NetworkModel, free: &[NodeFree], gang: &Gang, sets: &mut dyn
     let mut per_node: Vec<(usize, usize)> = Vec::new();
     assign(model, domain, m, &slots, &cap, &mut per_node);
     // GPU sets.
-    let align = gang.rail_align.unwrap_or(gang.vfs_per_member.values().any(|&v| v > 0)) && gang.gpus_per_member > 0;
+    let align = gang.rail_align.unwrap_or(gang.vfs_per_member.values().any(|&v| v > 0))
+        && gang.gpus_per_member > 0
+        && model.has_rails();
     let mut target: Option<Vec<String>> = None;
     let mut aligned = true;
     let mut members = Vec::with_capacity(m);
@@ -368,6 +371,9 @@ fn mask_to_vec(m: u128) -> Vec<usize> {
     (0..128).filter(|&g| m >> g & 1 == 1).collect()
 }
 
+/// Most sets [`AllocSets`] keeps; it starts over when full.
+pub const MAX_CACHED_SETS: usize = 1 << 16;
+
 /// [`GpuSets`] over weft-alloc: each node's type (a [`NodeTopology`]), the ring-first set choice
 /// ([`choose_set`]) cached per (type, free GPUs, count), and each GPU's nearest NIC (the closest
 /// PCIe relation, the lowest NIC index among equals).
@@ -413,6 +419,9 @@ impl GpuSets for AllocSets {
             return Ok(set.clone());
         }
         let a = choose_set(&self.types[t].0, available, count, self.quality).map_err(|e| e.to_string())?;
+        if self.cache.len() >= MAX_CACHED_SETS {
+            self.cache.clear();
+        }
         self.cache.insert((t, mask, count), a.gpus.clone());
         Ok(a.gpus)
     }

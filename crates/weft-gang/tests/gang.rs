@@ -487,3 +487,34 @@ fn rails_config_and_plan_input_errors_say_where() {
         "a gang of 37 × 4 GPU(s) does not fit within tier 3 (cluster): the most members one cluster domain holds is 36 (`cluster`), 1 short"
     );
 }
+
+#[test]
+fn free_vfs_limit_the_members_a_node_holds() {
+    // Two trays, every GPU free; t1 has one VF of `fabric` free, t2 four. Members of 2 GPUs and
+    // 1 VF: t1 holds one (its one VF), t2 two.
+    let nodes: Vec<ClusterNode> = ["t1", "t2"].iter().map(|n| ClusterNode::new(n, &[(LEAF, "l")])).collect();
+    let model = from_labels(&LabelLevels::new(&[LEAF]), &nodes).unwrap();
+    let mut sets = AllocSets::new(&[gb200_nvl72_tray().unwrap()], vec![0; 2], SetQuality::Ring).unwrap();
+    let vfs = |n: u32| -> BTreeMap<String, u32> { [("fabric".to_string(), n)].into() };
+    let g = Gang {
+        members: 2,
+        gpus_per_member: 2,
+        vfs_per_member: vfs(1),
+        constraint: TierConstraint::soft(),
+        rail_align: None,
+    };
+    let free = vec![NodeFree { gpus: 0xf, vfs: vfs(1) }, NodeFree { gpus: 0xf, vfs: vfs(4) }];
+    let p = plan(&model, &free, &g, &mut sets).unwrap();
+    let got: Vec<&str> = p.members.iter().map(|m| m.node.as_str()).collect();
+    // By GPUs alone t1 and t2 hold two members each and t1 (first by name) would take both.
+    assert_eq!(got, ["t2", "t2"]);
+    // No rails in this model: alignment is not reported.
+    assert_eq!(p.rail_aligned, None);
+    // Three members: t2 (2, the larger first), then t1 (1). A node without the physnet holds none.
+    let g3 = Gang { members: 3, ..g.clone() };
+    let p = plan(&model, &free, &g3, &mut sets).unwrap();
+    let got: Vec<&str> = p.members.iter().map(|m| m.node.as_str()).collect();
+    assert_eq!(got, ["t2", "t2", "t1"]);
+    let none = vec![NodeFree { gpus: 0xf, vfs: BTreeMap::new() }, NodeFree { gpus: 0xf, vfs: vfs(4) }];
+    assert!(matches!(plan(&model, &none, &g3, &mut sets), Err(PlanError::NoFit { .. })));
+}
