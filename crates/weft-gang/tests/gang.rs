@@ -518,3 +518,12 @@ fn free_vfs_limit_the_members_a_node_holds() {
     let none = vec![NodeFree { gpus: 0xf, vfs: BTreeMap::new() }, NodeFree { gpus: 0xf, vfs: vfs(4) }];
     assert!(matches!(plan(&model, &none, &g3, &mut sets), Err(PlanError::NoFit { .. })));
 }
+
+#[test]
+fn label_levels_read_from_yaml_as_docs_gang_md_shows_them() {
+    let yaml = "levels:\n  - keys: [example.com/spine]\n  - keys: [example.com/leaf]\n  - keys: [nvidia.com/gpu.clique]\n    optional: true\n";
+    let levels: LabelLevels = serde_saphyr::from_str(yaml).unwrap();
+    assert_eq!(levels, eight_levels());
+    let e = serde_saphyr::from_str::<LabelLevels>("levels:\n  - key: example.com/leaf\n").unwrap_err().to_string();
+    assert!(e.contains("unknown field `key`"), "{e}");
+}
