@@ -527,3 +527,31 @@ fn label_levels_read_from_yaml_as_docs_gang_md_shows_them() {
     let e = serde_saphyr::from_str::<LabelLevels>("levels:\n  - key: example.com/leaf\n").unwrap_err().to_string();
     assert!(e.contains("unknown field `key`"), "{e}");
 }
+
+#[test]
+fn volcano_highest_tier_name_bounds_a_plan_over_hypernodes() {
+    // The eight-node HyperNode cluster, every node a GB200 tray with its 4 GPUs free.
+    let nodes = eight_nodes();
+    let model = from_hypernodes(&parse_hypernodes(&eight_hypernodes(), "h.yaml").unwrap(), &nodes).unwrap();
+    let mut sets = AllocSets::new(&[gb200_nvl72_tray().unwrap()], vec![0; 8], SetQuality::Ring).unwrap();
+    let free = vec![NodeFree::all_gpus(4); 8];
+    let spec: weft_gang::NetworkTopologySpec = serde_saphyr::from_str("mode: hard\nhighestTierName: leaf\n").unwrap();
+    let leaf = TierConstraint::from_volcano(&spec, "spec.networkTopology").unwrap();
+    // 3 members: no clique holds 3 (2 each); of the leaves only l1 (4) does. Inside l1 the cliques
+    // largest first: A.1 (2 members), then the rest (1) on A.2's first node.
+    let p = plan(&model, &free, &gang(3, 4, leaf.clone()), &mut sets).unwrap();
+    assert_eq!((p.domain.as_str(), p.tier.as_str(), p.tier_number), ("l1", "leaf", 2));
+    let got: Vec<&str> = p.members.iter().map(|m| m.node.as_str()).collect();
+    assert_eq!(got, ["n1", "n2", "n3"]);
+    // 5 members fit no leaf: hard refuses, naming the tier and the best leaf.
+    let e = plan(&model, &free, &gang(5, 4, leaf), &mut sets).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "a gang of 5 × 4 GPU(s) does not fit within tier 2 (leaf): the most members one leaf domain holds is 4 (`l1`), 1 short"
+    );
+    // Soft: spine s1 (6); l1 whole (4), then 1 on l2.
+    let p = plan(&model, &free, &gang(5, 4, TierConstraint::soft()), &mut sets).unwrap();
+    assert_eq!((p.domain.as_str(), p.tier.as_str()), ("s1", "spine"));
+    let got: Vec<&str> = p.members.iter().map(|m| m.node.as_str()).collect();
+    assert_eq!(got, ["n1", "n2", "n3", "n4", "n5"]);
+}
