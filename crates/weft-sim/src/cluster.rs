@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use weft_alloc::PreparedNode;
-use weft_topology::{NodeTopology, PcieGeneration, Vf, parse_node, read_node_file};
+use weft_topology::{NodeTopology, NvlinkGeneration, PcieGeneration, Vf, parse_node, read_node_file};
 
 use crate::SimError;
 
@@ -34,6 +34,8 @@ struct Builtin {
     description: &'static str,
     text: &'static str,
     pcie_generation: Option<u8>,
+    /// The NVLink generation when the link counts alone would infer another.
+    nvlink_generation: Option<NvlinkGeneration>,
 }
 
 const BUILTINS: &[Builtin] = &[
@@ -42,48 +44,64 @@ const BUILTINS: &[Builtin] = &[
         description: "DGX-1 V100, hybrid cube-mesh NVLink (NV1/NV2), 4 mlx5 NICs",
         text: include_str!("../topologies/dgx1-v100-mlx5-columns.txt"),
         pcie_generation: Some(3),
+        nvlink_generation: None,
     },
     Builtin {
         name: "v100-sxm2",
         description: "8x V100-SXM2, cube-mesh NVLink, 1 NIC",
         text: include_str!("../topologies/v100-sxm2-nic-legend.txt"),
         pcie_generation: Some(3),
+        nvlink_generation: None,
     },
     Builtin {
         name: "dgx-a100",
         description: "DGX A100, NVSwitch (NV12 all pairs), 10 NICs, 4 NUMA nodes",
         text: include_str!("../topologies/dgx-a100-nvswitch-10nic.txt"),
         pcie_generation: Some(4),
+        nvlink_generation: None,
     },
     Builtin {
         name: "hgx-a100",
         description: "HGX A100 8-GPU, NVSwitch (NV12 all pairs), 4 NICs",
         text: include_str!("../topologies/a100-nvswitch-4nic-gpu-numa-id.txt"),
         pcie_generation: Some(4),
+        nvlink_generation: None,
     },
     Builtin {
         name: "a100-pcie-bridges",
         description: "8x A100 PCIe, NVLink bridges in pairs (NV12), SYS otherwise",
         text: include_str!("../topologies/a100-pcie-nvlink-bridges.txt"),
         pcie_generation: Some(4),
+        nvlink_generation: None,
     },
     Builtin {
         name: "a100-pcie-4gpu",
         description: "4x A100 PCIe, one NVLink-bridged pair, 2 NICs",
         text: include_str!("../topologies/a100-pcie-4gpu-mlx5.txt"),
         pcie_generation: Some(4),
+        nvlink_generation: None,
     },
     Builtin {
         name: "hgx-h100",
         description: "HGX H100 8-GPU, NVSwitch (NV18 all pairs), 8 NICs (synthetic)",
         text: include_str!("../topologies/hgx-h100-nv18-8nic.txt"),
         pcie_generation: Some(5),
+        nvlink_generation: None,
+    },
+    Builtin {
+        name: weft_gang::builtin::GB200_NVL72_TRAY,
+        description: weft_gang::builtin::GB200_NVL72_TRAY_DESCRIPTION,
+        text: weft_gang::builtin::GB200_NVL72_TRAY_TEXT,
+        pcie_generation: Some(5),
+        // NV18 alone reads as NVLink 4 (H100); the tray's B200s have NVLink 5.
+        nvlink_generation: Some(NvlinkGeneration::Nvlink5),
     },
     Builtin {
         name: "pcie-8gpu",
         description: "8 PCIe GPUs, no NVLink, pairs behind one switch, two sockets (synthetic)",
         text: include_str!("../topologies/pcie-8gpu-2socket.txt"),
         pcie_generation: Some(4),
+        nvlink_generation: None,
     },
 ];
 
@@ -102,6 +120,9 @@ pub fn builtin_topology(name: &str) -> Result<NodeTopology, SimError> {
     node.name = Some(name.to_string());
     if node.pcie_generation.is_none() {
         node.pcie_generation = b.pcie_generation.map(PcieGeneration);
+    }
+    if let Some(g) = b.nvlink_generation {
+        node.nvlink_generation = Some(g);
     }
     Ok(node)
 }
@@ -389,6 +410,18 @@ mod tests {
         }
         assert_eq!(builtin_topology("hgx-h100").unwrap().link(0, 7).nvlinks, 18);
         assert!(!builtin_topology("pcie-8gpu").unwrap().has_nvlink());
+    }
+
+    /// The GB200 NVL72 tray is weft-gang's, NVLink 5 included: 4 GPUs at 18 × 50 GB/s a pair.
+    #[test]
+    fn the_gb200_tray_is_the_gang_crates_with_nvlink5() {
+        let sim = builtin_topology("gb200-nvl72-tray").unwrap();
+        let gang = weft_gang::builtin::gb200_nvl72_tray().unwrap();
+        assert_eq!(sim.gpu_count(), 4);
+        assert_eq!(sim.nvlink_generation, Some(NvlinkGeneration::Nvlink5));
+        assert_eq!(sim.pcie_generation, gang.pcie_generation);
+        assert_eq!(sim.pair_bandwidth_gbps(0, 3), 900.0);
+        assert_eq!(sim.ring_bandwidth(&[0, 1, 2, 3]).unwrap().gbps, gang.ring_bandwidth(&[0, 1, 2, 3]).unwrap().gbps);
     }
 
     #[test]
