@@ -29,7 +29,7 @@ pub const POD_FIELD_SELECTOR: &str = "spec.nodeName!=,status.phase!=Succeeded,st
 
 /// A [`ClusterView`] fed by watches on the API server. Dropping it stops the watches.
 pub struct KubeClusterView {
-    nodes: Store<Node>,
+    nodes: Arc<NodeIndex>,
     pods: Arc<PodIndex>,
     nodes_ready: Arc<AtomicBool>,
     pods_ready: Arc<AtomicBool>,
@@ -43,6 +43,42 @@ impl std::fmt::Debug for KubeClusterView {
             .field("nodes", &self.nodes.len())
             .field("ready", &self.is_ready())
             .finish_non_exhaustive()
+    }
+}
+
+/// Nodes by name, sharing the `Arc`s held by the node reflector's store, so that one request's
+/// candidates are looked up under one lock and by `&str` (the store itself is keyed by
+/// `ObjectRef`, one allocation and one lock per lookup). Mirrors the store: changed after each
+/// event the store applied, rebuilt from it when a (re-)list completes.
+#[derive(Default)]
+struct NodeIndex {
+    by_name: RwLock<rustc_hash::FxHashMap<String, Arc<Node>>>,
+}
+
+impl NodeIndex {
+    fn apply(&self, event: &Event<Node>, store: &Store<Node>) {
+        let mut by_name = self.by_name.write().unwrap_or_else(PoisonError::into_inner);
+        match event {
+            Event::Apply(node) => {
+                let name = node.metadata.name.clone().unwrap_or_default();
+                match store.get(&ObjectRef::from_obj(node)) {
+                    Some(arc) => by_name.insert(name, arc),
+                    None => by_name.remove(&name),
+                };
+            }
+            Event::Delete(node) => {
+                by_name.remove(node.metadata.name.as_deref().unwrap_or_default());
+            }
+            Event::InitDone => {
+                *by_name =
+                    store.state().into_iter().map(|n| (n.metadata.name.clone().unwrap_or_default(), n)).collect();
+            }
+            Event::Init | Event::InitApply(_) => {}
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.by_name.read().unwrap_or_else(PoisonError::into_inner).len()
     }
 }
 
@@ -131,14 +167,16 @@ impl KubeClusterView {
         let pods = Arc::new(PodIndex::default());
 
         let (node_store, mut node_writer) = reflector::store::<Node>();
+        let nodes = Arc::new(NodeIndex::default());
         let node_stream = watcher(Api::<Node>::all(client.clone()), watcher::Config::default()).modify(slim_node);
-        let (ready, tx) = (nodes_ready.clone(), changes_tx.clone());
+        let (ready, tx, index) = (nodes_ready.clone(), changes_tx.clone(), nodes.clone());
         let node_task = tokio::spawn(async move {
             let mut stream = pin!(node_stream);
             while let Some(event) = stream.next().await {
                 match event {
                     Ok(event) => {
                         node_writer.apply_watcher_event(&event);
+                        index.apply(&event, &node_store);
                         if matches!(event, Event::InitDone) {
                             ready.store(true, Ordering::Release);
                         }
@@ -170,7 +208,7 @@ impl KubeClusterView {
             }
         });
 
-        KubeClusterView { nodes: node_store, pods, nodes_ready, pods_ready, changes, tasks: vec![node_task, pod_task] }
+        KubeClusterView { nodes, pods, nodes_ready, pods_ready, changes, tasks: vec![node_task, pod_task] }
     }
 
     /// A receiver whose value increases after every applied watch event (for tests and metrics).
@@ -205,7 +243,12 @@ impl Drop for KubeClusterView {
 
 impl ClusterView for KubeClusterView {
     fn node(&self, name: &str) -> Option<Arc<Node>> {
-        self.nodes.get(&ObjectRef::new(name))
+        self.nodes.by_name.read().unwrap_or_else(PoisonError::into_inner).get(name).cloned()
+    }
+
+    fn nodes(&self, names: &[String]) -> Vec<Option<Arc<Node>>> {
+        let by_name = self.nodes.by_name.read().unwrap_or_else(PoisonError::into_inner);
+        names.iter().map(|n| by_name.get(n.as_str()).cloned()).collect()
     }
 
     fn pods_on_node(&self, name: &str) -> Vec<Arc<Pod>> {
@@ -221,6 +264,11 @@ impl ClusterView for KubeClusterView {
         let inner = self.pods.inner.read().unwrap_or_else(PoisonError::into_inner);
         // A node never seen with pods: revision 0 until its first pod.
         Some(inner.revision.get(name).copied().unwrap_or(0))
+    }
+
+    fn pods_revisions(&self, names: &[String]) -> Vec<Option<u64>> {
+        let inner = self.pods.inner.read().unwrap_or_else(PoisonError::into_inner);
+        names.iter().map(|n| Some(inner.revision.get(n.as_str()).copied().unwrap_or(0))).collect()
     }
 }
 

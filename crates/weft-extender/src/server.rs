@@ -375,13 +375,17 @@ impl ExtenderState {
         // node: a node reserved after this look counts from the next request, as one reserved after
         // its own look always did.
         let reserved = self.reservations.nodes();
+        let revisions = self.view.pods_revisions(&names);
         let mut accounting = self.accounting.lock().unwrap_or_else(PoisonError::into_inner);
-        for (i, (name, prepared)) in names.into_iter().zip(resolved).enumerate() {
+        for (i, ((name, prepared), revision)) in names.into_iter().zip(resolved).zip(revisions).enumerate() {
             if i % DEADLINE_EVERY == 0 && deadline.passed() {
                 return Err(Expired { done: i, total }.into());
             }
             let (used, vfs_used) = match &prepared {
-                Ok(p) => self.devices_used(&mut accounting, &name, p, reserved.contains(name.as_str()), now),
+                Ok(p) => {
+                    let reserved_here = reserved.contains(name.as_str());
+                    self.devices_used(&mut accounting, &name, p, revision, reserved_here, now)
+                }
                 Err(_) => (0, self.no_vfs.clone()),
             };
             candidates.push(Candidate { name, prepared, used, vfs_used });
@@ -448,19 +452,20 @@ impl ExtenderState {
 
 impl ExtenderState {
     /// The GPUs (mask) and VFs of `node` held by its pods or reserved. The pods' part is kept per
-    /// node in `accounting` while the view's [`ClusterView::pods_revision`] of the node and its
-    /// topology stay the same (it changes only when the node's pods change), so a request walks
-    /// only the nodes whose pods changed. The pods are read only on a miss or when the node has
-    /// reservations to settle (`reserved_here`).
+    /// node in `accounting` while the view's [`ClusterView::pods_revision`] of the node
+    /// (`revision`, read with the request's other candidates) and its topology stay the same (it
+    /// changes only when the node's pods change), so a request walks only the nodes whose pods
+    /// changed. The pods are read only on a miss or when the node has reservations to settle
+    /// (`reserved_here`).
     fn devices_used(
         &self,
         accounting: &mut Accounting,
         node: &str,
         prepared: &PreparedTopology,
+        revision: Option<u64>,
         reserved_here: bool,
         now: std::time::Instant,
     ) -> (u128, Arc<BTreeSet<String>>) {
-        let revision = self.view.pods_revision(node);
         let fingerprint = prepared.fingerprint();
         let cached = revision.and_then(|r| {
             accounting.get(node).filter(|a| a.revision == r && a.fingerprint == fingerprint).map(|a| (a.used, &a.vfs))

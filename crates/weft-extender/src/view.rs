@@ -33,6 +33,11 @@ pub trait ClusterView: Send + Sync {
     fn pods_revision(&self, _name: &str) -> Option<u64> {
         None
     }
+    /// [`ClusterView::pods_revision`] of each of `names` (one request's candidates), in order;
+    /// implementations answer them under one lock where they can.
+    fn pods_revisions(&self, names: &[String]) -> Vec<Option<u64>> {
+        names.iter().map(|n| self.pods_revision(n)).collect()
+    }
 }
 
 /// A [`ClusterView`] held in memory; filled by hand. Ready unless told otherwise.

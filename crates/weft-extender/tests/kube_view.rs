@@ -242,3 +242,57 @@ async fn publish_retries_injected_conflicts_and_server_errors_with_a_fresh_read(
     let stored = server.get("nodes", None, "a").unwrap();
     assert_eq!(stored["metadata"]["annotations"][TOPOLOGY_ANNOTATION], json!(weft_topology::inventory::to_json(&t)));
 }
+
+/// The batch lookups a request makes (`nodes`, `pods_revisions`, each under one lock) answer what
+/// the per-name lookups answer, through creates, a pod change, a node deletion and a relist after
+/// expired history (a node deleted while no watch was open must be gone from the batch too).
+#[tokio::test]
+async fn batch_lookups_agree_with_the_per_name_ones_through_changes_and_a_relist() {
+    let server = FakeApiServer::start().await;
+    let client = server.client();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "ml");
+    for n in ["a", "b", "c"] {
+        nodes.create(&PostParams::default(), &bare_node(n, 8)).await.unwrap();
+    }
+    let view = KubeClusterView::spawn(client.clone());
+    tokio::time::timeout(HANG_GUARD, view.wait_until_ready()).await.expect("synced");
+    let names: Vec<String> = ["a", "b", "c", "nope"].iter().map(|s| s.to_string()).collect();
+    let agree = |view: &KubeClusterView| {
+        let batch = view.nodes(&names);
+        let revisions = view.pods_revisions(&names);
+        assert_eq!(batch.len(), names.len());
+        assert_eq!(revisions.len(), names.len());
+        for ((name, node), revision) in names.iter().zip(&batch).zip(&revisions) {
+            let single = view.node(name);
+            assert_eq!(node.is_some(), single.is_some(), "{name}");
+            if let (Some(a), Some(b)) = (node, &single) {
+                assert!(Arc::ptr_eq(a, b), "{name}: the batch hands out the view's own object");
+            }
+            assert_eq!(*revision, view.pods_revision(name), "{name}");
+        }
+        batch.iter().map(Option::is_some).collect::<Vec<_>>()
+    };
+    assert_eq!(agree(&view), [true, true, true, false]);
+
+    let before = view.pods_revisions(&names);
+    pods.create(&PostParams::default(), &pod("p", "b", 1, Some("0"))).await.unwrap();
+    until(&view, |v| v.pods_on_node("b").len() == 1).await;
+    let after = view.pods_revisions(&names);
+    assert_ne!(before[1], after[1], "a pod bound to b changes b's revision");
+    assert_eq!((before[0], before[2]), (after[0], after[2]), "and no other node's");
+    agree(&view);
+
+    nodes.delete("a", &DeleteParams::default()).await.unwrap();
+    until(&view, |v| v.node("a").is_none()).await;
+    assert_eq!(agree(&view), [false, true, true, false]);
+
+    // A deletion the watch never sees as an event: the relist must drop c from the batch too.
+    tokio::time::timeout(HANG_GUARD, server.wait_for(|s| s.open_watches() == 2)).await.expect("watching");
+    server.compact_history();
+    server.expire_next_watches(2);
+    server.drop_watches();
+    nodes.delete("c", &DeleteParams::default()).await.unwrap();
+    until(&view, |v| v.node("c").is_none()).await;
+    assert_eq!(agree(&view), [false, true, false, false]);
+}
