@@ -41,6 +41,18 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
     && RUSTFLAGS="-C target-feature=+crt-static" \
        cargo build --release --locked -p weft-cni --target "$triple" \
     && install -D -m 0755 "target/$triple/release/weft-cni" /out/weft-cni
+# The release profile keeps debug info (profile.release debug = 1: ~380 MB for weft). The image
+# ships the binaries stripped (~70 MB for weft); their debug info goes to the `symbols` stage,
+# linked by build ID and by .gnu_debuglink, for users who need symbols (docs/deploy.md, "Image").
+RUN for b in weft weft-cni; do \
+      objcopy --only-keep-debug "/out/$b" "/out/$b.debug" \
+      && objcopy --strip-debug --strip-unneeded --add-gnu-debuglink="/out/$b.debug" "/out/$b"; \
+    done
+
+# `docker build --target symbols --output type=local,dest=./weft-symbols .` writes weft.debug and
+# weft-cni.debug, the debug info of exactly the binaries in the image built from the same sources.
+FROM scratch AS symbols
+COPY --from=build /out/weft.debug /out/weft-cni.debug /
 
 FROM ${RUNTIME_IMAGE}
 LABEL org.opencontainers.image.title="weft" \
