@@ -18,6 +18,14 @@
 //! thread, not from a spawned task. In a bench binary (no libtest) the name is the binary's.
 //!
 //! [`lint`] is the check that no test file skips any other way.
+//!
+//! Decisions. The allow-list names tests, not needs (a "no GPU" entry would let the next GPU test
+//! skip in CI unseen); the `skip_lint` test fails on an entry that names no test, so a rename
+//! cannot leave one behind. Only what CI's machine cannot have is on it: a GPU, an RDMA device,
+//! a cgroup2 mount (the last two planned under a qemu kernel); root, netns, etcd, nats-server,
+//! dnsmasq, setpriv, host-local, cgroup v1 and 2 CPUs are all on CI's machine, so their skips fail
+//! there. The ledger is one file per skip (no appends racing across test processes), as the RBAC
+//! ledger is.
 
 use std::fmt::Display;
 use std::path::{Path, PathBuf};
