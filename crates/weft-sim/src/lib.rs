@@ -126,9 +126,16 @@ pub struct WorkloadSummary {
     /// Pods that ask for SR-IOV VFs.
     #[serde(default)]
     pub vf_pods: usize,
-    /// GPU-seconds offered per GPU-second of cluster capacity over the arrival window (what the drawn
-    /// stream really offers; a generated one scatters around its target).
+    /// GPU-seconds offered per GPU-second of cluster capacity over the time pods are present
+    /// ([`offered_load`]): the share of the cluster's GPUs the stream asks for on average while it
+    /// runs, ramp-up and drain included.
     pub offered_load: f64,
+    /// The same over the arrival window (first to last arrival) instead: the rate a generated stream
+    /// is drawn for ([`Self::target_load`] in expectation, before the drain after the last arrival).
+    /// Meaningless for a few pods arriving close together (six pods arriving within 5 s and running
+    /// an hour offer 720 times what they hold).
+    #[serde(default)]
+    pub arrival_window_load: f64,
     /// The load a generated stream was drawn for, when the caller knows it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_load: Option<f64>,
@@ -189,10 +196,13 @@ fn simulate_with(
     for p in pods {
         *by_size.entry(p.gpus).or_insert(0) += 1;
     }
-    let window = pods.last().map_or(0.0, |p| p.arrival).max(1e-9);
+    let gpus = cluster.total_gpus();
+    let window = match (pods.first(), pods.last()) {
+        (Some(first), Some(last)) => (last.arrival - first.arrival).max(1e-9),
+        _ => 1e-9,
+    };
     // A fold from +0.0: an empty float sum is -0.0, which prints as "-0%".
     let gpu_seconds: f64 = pods.iter().fold(0.0, |sum, p| sum + p.gpus as f64 * p.duration);
-    let gpus = cluster.total_gpus();
     let mut reports = Vec::with_capacity(policies.len());
     for (i, &policy) in policies.iter().enumerate() {
         let progress = &mut |p| progress(i, p);
@@ -207,9 +217,73 @@ fn simulate_with(
             pods: pods.len(),
             by_size,
             vf_pods: pods.iter().filter(|p| p.vf_count() > 0).count(),
-            offered_load: gpu_seconds / (window * gpus.max(1) as f64),
+            offered_load: offered_load(pods, gpus),
+            arrival_window_load: gpu_seconds / (window * gpus.max(1) as f64),
             target_load: None,
         },
         policies: reports,
     })
+}
+
+/// GPU-seconds asked for per GPU-second of the cluster's capacity over the time pods are present
+/// (the union of each pod's arrival to arrival + duration): what share of the cluster's GPUs the
+/// stream asks for on average while it runs. 0 when no pod is ever present.
+pub fn offered_load(pods: &[SimPod], cluster_gpus: usize) -> f64 {
+    // A fold from +0.0: an empty float sum is -0.0, which prints as "-0%".
+    let gpu_seconds: f64 = pods.iter().fold(0.0, |sum, p| sum + p.gpus as f64 * p.duration);
+    let present = present_seconds(pods);
+    if present > 0.0 { gpu_seconds / (present * cluster_gpus.max(1) as f64) } else { 0.0 }
+}
+
+/// The length of the union of the pods' intervals `[arrival, arrival + duration]`. The readers give
+/// pods in arrival order, so no copy is made then.
+fn present_seconds(pods: &[SimPod]) -> f64 {
+    let span = |p: &SimPod| (p.arrival, p.arrival + p.duration);
+    if pods.is_sorted_by(|a, b| a.arrival <= b.arrival) {
+        return union_length(pods.iter().map(span));
+    }
+    let mut spans: Vec<(f64, f64)> = pods.iter().map(span).collect();
+    spans.sort_by(|a, b| a.0.total_cmp(&b.0));
+    union_length(spans.into_iter())
+}
+
+/// The length of the union of intervals given in order of their start.
+fn union_length(spans: impl Iterator<Item = (f64, f64)>) -> f64 {
+    let mut total = 0.0;
+    let mut current: Option<(f64, f64)> = None;
+    for (start, end) in spans {
+        current = match current {
+            Some((s, e)) if start <= e => Some((s, e.max(end))),
+            Some((s, e)) => {
+                total += e - s;
+                Some((start, end))
+            }
+            None => Some((start, end)),
+        };
+    }
+    total + current.map_or(0.0, |(s, e)| e - s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Six pods arriving within 5 s and running an hour offer their GPUs for that hour, not 720
+    /// times over (the arrival window made it 2,000% of a 1-GPU-per-pod cluster).
+    #[test]
+    fn load_is_over_the_time_pods_are_present_not_the_arrival_window() {
+        let pods: Vec<SimPod> = (0..6).map(|i| SimPod::gpus(&format!("p{i}"), 1, i as f64, 3600.0)).collect();
+        let load = offered_load(&pods, 6);
+        assert!((load - 6.0 * 3600.0 / (3605.0 * 6.0)).abs() < 1e-12, "{load}");
+        // A gap with no pod present does not count; pods given out of order are sorted first.
+        let mut gap = vec![SimPod::gpus("late", 2, 1000.0, 10.0), SimPod::gpus("early", 2, 0.0, 10.0)];
+        assert_eq!(present_seconds(&gap), 20.0);
+        assert_eq!(offered_load(&gap, 2), 1.0);
+        // Nested and touching intervals are counted once.
+        gap.push(SimPod::gpus("inside", 1, 2.0, 3.0));
+        gap.push(SimPod::gpus("touching", 1, 10.0, 5.0));
+        assert_eq!(present_seconds(&gap), 25.0);
+        assert_eq!(offered_load(&[], 8), 0.0);
+        assert_eq!(offered_load(&[SimPod::gpus("instant", 1, 5.0, 0.0)], 8), 0.0);
+    }
 }

@@ -10,10 +10,10 @@ use weft_alloc::ScoreConfig;
 use weft_sim::pipeline::{PipelineReport, embedded_default};
 use weft_sim::{
     ClusterSpec, Generate, PlacementPolicy, Progress, SimReport, builtin_types, read_scenario, read_workload, simulate,
-    simulate_pipelines,
+    simulate_pipelines, simulate_recorded,
 };
 
-use crate::output::{Output, print_json, score_config, table};
+use crate::output::{Output, count, print_json, report_table, score_config, table, wrap};
 
 #[derive(Args, Debug)]
 pub struct SimulateArgs {
@@ -74,12 +74,33 @@ pub struct SimulateArgs {
     /// With --optimum: time limit of each instance's integer search (500ms, 30s, 2m).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::duration_arg::positive, requires = "optimum")]
     time_limit: std::time::Duration,
+    /// Print every column of the report (about 180 columns wide) instead of the table that fits 100.
+    #[arg(long, conflicts_with_all = ["matrix", "optimum", "pipelines"])]
+    wide: bool,
+    /// Write one record per pod per policy to FILE (`-`: stdout, instead of the report): the pod,
+    /// what it asked, its node, GPUs and VFs, its set's ring and mean pair bandwidth, arrival,
+    /// start and end, or why it was not placed. Fields in docs/simulate.md ("Per-pod output").
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["matrix", "optimum", "pipelines"])]
+    pods_out: Option<PathBuf>,
+    /// Format of --pods-out: CSV with a header line, or JSON lines (one object per line).
+    #[arg(long, value_enum, default_value_t, requires = "pods_out")]
+    pods_format: PodsFormat,
     /// List the built-in node types and exit.
     #[arg(long)]
     list_node_types: bool,
     /// Output format.
     #[arg(long, short, value_enum, default_value_t)]
     output: Output,
+}
+
+/// `--pods-format`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+enum PodsFormat {
+    /// Comma-separated values, a header line first; lists inside a field separated by `;`.
+    #[default]
+    Csv,
+    /// One JSON object per line.
+    Jsonl,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -108,7 +129,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
                 .collect();
             return print_json(&v);
         }
-        let mut t = table(&["node type", "use as", "description"]);
+        let mut t = report_table(&["node type", "use as", "description"], &[]);
         for (n, d) in builtin_types() {
             t.add_row(vec![n.to_string(), format!("builtin:{n}"), d.to_string()]);
         }
@@ -165,14 +186,187 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let score_config = score_config(args.remainder_weight, args.set_quality)?;
 
     let progress = PolicyProgress::new(&policies, pods.len(), args.output == Output::Table);
-    let mut report = simulate(&cluster, &pods, &policies, &score_config, args.seed, &mut |i, p| progress.show(i, p))?;
+    let show = &mut |i, p| progress.show(i, p);
+    let to_stdout = args.pods_out.as_deref().is_some_and(|p| p == std::path::Path::new("-"));
+    let mut report = match &args.pods_out {
+        Some(path) => {
+            let out: Box<dyn std::io::Write> = if to_stdout {
+                Box::new(std::io::stdout().lock())
+            } else {
+                let file = std::fs::File::create(path)
+                    .with_context(|| format!("--pods-out: cannot create {}", path.display()))?;
+                Box::new(file)
+            };
+            let mut records =
+                PodRecords::new(out, args.pods_format).with_context(|| format!("--pods-out {}", path.display()))?;
+            let report = simulate_recorded(&cluster, &pods, &policies, &score_config, args.seed, show, &mut |o| {
+                records.write(o)
+            })
+            .with_context(|| format!("--pods-out {}", path.display()))?;
+            records.finish().with_context(|| format!("--pods-out {}", path.display()))?;
+            report
+        }
+        None => simulate(&cluster, &pods, &policies, &score_config, args.seed, show)?,
+    };
     progress.clear();
+    if to_stdout {
+        return Ok(());
+    }
     if args.workload.is_none() {
         report.workload.target_load = Some(Generate::DEFAULT_LOAD);
     }
     match args.output {
         Output::Json => print_json(&report),
-        Output::Table => print_report(&report),
+        Output::Table => print_report(&report, args.wide),
+    }
+}
+
+/// The fields of a per-pod record, in order: the CSV header and the JSON keys (docs/simulate.md,
+/// "Per-pod output", describes each; keep the two in step).
+const POD_FIELDS: [&str; 16] = [
+    "policy",
+    "index",
+    "pod",
+    "gpus",
+    "vfs",
+    "node",
+    "nodeType",
+    "gpuIds",
+    "vfIds",
+    "vfsNearGpus",
+    "ringGbps",
+    "meanPairGbps",
+    "arrival",
+    "start",
+    "end",
+    "notPlaced",
+];
+
+/// A per-pod record as a JSON line: [`POD_FIELDS`], in that order.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PodJson<'a> {
+    policy: &'a str,
+    index: usize,
+    pod: &'a str,
+    gpus: usize,
+    vfs: std::collections::BTreeMap<&'a str, usize>,
+    node: Option<&'a str>,
+    node_type: Option<&'a str>,
+    gpu_ids: Vec<usize>,
+    vf_ids: Vec<&'a str>,
+    vfs_near_gpus: Option<bool>,
+    ring_gbps: Option<f64>,
+    mean_pair_gbps: Option<f64>,
+    arrival: f64,
+    start: Option<f64>,
+    end: Option<f64>,
+    not_placed: Option<&'a str>,
+}
+
+impl<'a> PodJson<'a> {
+    fn of(o: &'a weft_sim::PodOutcome<'a>) -> PodJson<'a> {
+        let placed = o.placement.as_ref().ok();
+        PodJson {
+            policy: o.policy.name(),
+            index: o.index,
+            pod: &o.pod.name,
+            gpus: o.pod.gpus,
+            vfs: o.pod.vfs.iter().map(|(p, n)| (&**p, *n)).collect(),
+            node: placed.map(|p| p.node),
+            node_type: placed.map(|p| p.node_type),
+            gpu_ids: placed.map_or_else(Vec::new, |p| p.gpus.clone()),
+            vf_ids: placed.map_or_else(Vec::new, |p| p.vfs.iter().map(|v| v.pci_address.as_str()).collect()),
+            vfs_near_gpus: placed.and_then(|p| p.vfs_near_gpus),
+            ring_gbps: placed.and_then(|p| p.ring_gbps),
+            mean_pair_gbps: placed.and_then(|p| p.mean_pair_gbps),
+            arrival: o.pod.arrival,
+            start: placed.map(|p| p.start),
+            end: placed.map(|p| p.end),
+            not_placed: o.placement.as_ref().err().map(|w| w.as_str()),
+        }
+    }
+
+    /// Write the CSV row: absent values empty, lists joined by `;`, `vfs` as `physnet:count`. Each
+    /// field is formatted into `buf`, which is reused (a row of 16 new strings per pod cost more
+    /// than the run at 300,000 records).
+    fn write_csv<W: std::io::Write>(&self, w: &mut csv::Writer<W>, buf: &mut String) -> csv::Result<()> {
+        use std::fmt::Write;
+        let mut field = |w: &mut csv::Writer<W>, f: &dyn Fn(&mut String) -> std::fmt::Result| {
+            buf.clear();
+            // Writing to a String cannot fail.
+            let _ = f(buf);
+            w.write_field(buf.as_bytes())
+        };
+        fn join<T: std::fmt::Display>(buf: &mut String, items: impl Iterator<Item = T>) -> std::fmt::Result {
+            for (i, x) in items.enumerate() {
+                if i > 0 {
+                    buf.push(';');
+                }
+                write!(buf, "{x}")?;
+            }
+            Ok(())
+        }
+        fn opt<T: std::fmt::Display>(buf: &mut String, x: Option<T>) -> std::fmt::Result {
+            x.map_or(Ok(()), |x| write!(buf, "{x}"))
+        }
+        field(w, &|b| b.write_str(self.policy))?;
+        field(w, &|b| write!(b, "{}", self.index))?;
+        field(w, &|b| b.write_str(self.pod))?;
+        field(w, &|b| write!(b, "{}", self.gpus))?;
+        field(w, &|b| join(b, self.vfs.iter().map(|(p, n)| format!("{p}:{n}"))))?;
+        field(w, &|b| opt(b, self.node))?;
+        field(w, &|b| opt(b, self.node_type))?;
+        field(w, &|b| join(b, self.gpu_ids.iter()))?;
+        field(w, &|b| join(b, self.vf_ids.iter()))?;
+        field(w, &|b| opt(b, self.vfs_near_gpus))?;
+        field(w, &|b| opt(b, self.ring_gbps))?;
+        field(w, &|b| opt(b, self.mean_pair_gbps))?;
+        field(w, &|b| write!(b, "{}", self.arrival))?;
+        field(w, &|b| opt(b, self.start))?;
+        field(w, &|b| opt(b, self.end))?;
+        field(w, &|b| opt(b, self.not_placed))?;
+        w.write_record(None::<&[u8]>)
+    }
+}
+
+/// Where `--pods-out` records go, one written as each pod is decided (none is kept).
+enum PodRecords {
+    /// The writer and a buffer each field is formatted into.
+    Csv(Box<csv::Writer<Box<dyn std::io::Write>>>, String),
+    Jsonl(std::io::BufWriter<Box<dyn std::io::Write>>),
+}
+
+impl PodRecords {
+    /// A CSV writer has written its header line.
+    fn new(out: Box<dyn std::io::Write>, format: PodsFormat) -> std::io::Result<PodRecords> {
+        Ok(match format {
+            PodsFormat::Csv => {
+                let mut w = csv::Writer::from_writer(out);
+                w.write_record(POD_FIELDS)?;
+                PodRecords::Csv(Box::new(w), String::new())
+            }
+            PodsFormat::Jsonl => PodRecords::Jsonl(std::io::BufWriter::with_capacity(1 << 16, out)),
+        })
+    }
+
+    fn write(&mut self, o: &weft_sim::PodOutcome<'_>) -> std::io::Result<()> {
+        let record = PodJson::of(o);
+        match self {
+            PodRecords::Csv(w, buf) => record.write_csv(w, buf)?,
+            PodRecords::Jsonl(w) => {
+                serde_json::to_writer(&mut *w, &record)?;
+                std::io::Write::write_all(w, b"\n")?;
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> std::io::Result<()> {
+        match self {
+            PodRecords::Csv(mut w, _) => w.flush(),
+            PodRecords::Jsonl(mut w) => std::io::Write::flush(&mut w),
+        }
     }
 }
 
@@ -199,38 +393,42 @@ fn run_pipelines(
 }
 
 fn print_pipelines(r: &PipelineReport) -> anyhow::Result<()> {
-    let types: Vec<String> = r.cluster.node_types.iter().map(|(k, v)| format!("{v}× {k}")).collect();
-    outln!(
+    let types: Vec<String> = r.cluster.node_types.iter().map(|(k, v)| format!("{}× {k}", count(*v))).collect();
+    let cluster = format!(
         "cluster:  {} nodes, {} GPUs, {} SR-IOV VFs ({})",
-        r.cluster.nodes,
-        r.cluster.gpus,
-        r.cluster.vfs,
+        count(r.cluster.nodes),
+        count(r.cluster.gpus),
+        count(r.cluster.vfs),
         types.join(", ")
-    )?;
+    );
+    outln!("{}", wrap(&cluster, 10))?;
     for n in &r.networks {
         let vlan = n.vlan.map_or("untagged".to_string(), |v| format!("VLAN {v}"));
-        outln!(
+        let network = format!(
             "network:  {} {} ({} usable addresses), {vlan}, NICs from physnet {}; {} vertex pods on it",
-            n.name,
-            n.ip_range,
-            n.usable_addresses,
-            n.physnet,
-            n.pods
-        )?;
+            n.name, n.ip_range, n.usable_addresses, n.physnet, n.pods
+        );
+        outln!("{}", wrap(&network, 10))?;
     }
     // VERTEX_DOMAIN_TARGETS is the vertex's, whatever the policy: print it once.
     if let Some(first) = r.policies.first() {
         let mut seen = std::collections::BTreeSet::new();
         for p in &first.pods {
             if !p.domain_targets.is_empty() && seen.insert((&p.pipeline, &p.vertex)) {
-                outln!("targets:  {}/{} VERTEX_DOMAIN_TARGETS={}", p.pipeline, p.vertex, p.domain_targets.join(","))?;
+                let targets = format!(
+                    "targets:  {}/{} VERTEX_DOMAIN_TARGETS={}",
+                    p.pipeline,
+                    p.vertex,
+                    p.domain_targets.join(",")
+                );
+                outln!("{}", wrap(&targets, 10))?;
             }
         }
     }
     for p in &r.policies {
         outln!()?;
         outln!("{}: {}/{} vertex pods placed", p.policy, p.placed, p.placed + p.unplaced)?;
-        let mut t = table(&["vertex", "pod", "node", "GPUs", "NIC/VF", "IP", "DNS name"]);
+        let mut t = report_table(&["pod", "node", "GPUs", "NIC and VF", "IP"], &[]);
         for pod in &p.pods {
             let dash = || "-".to_string();
             let gpus = if pod.gpus.is_empty() {
@@ -239,24 +437,37 @@ fn print_pipelines(r: &PipelineReport) -> anyhow::Result<()> {
                 pod.gpus.iter().map(usize::to_string).collect::<Vec<_>>().join(",")
             };
             let near = match pod.aligned {
-                Some(true) => " (by its GPU)",
-                Some(false) => " (across the host bridge)",
+                Some(true) => " *",
+                Some(false) => " x",
                 None => "",
             };
             let join = |f: &dyn Fn(&weft_sim::pipeline::PodNic) -> String| {
                 if pod.nics.is_empty() { dash() } else { pod.nics.iter().map(f).collect::<Vec<_>>().join("\n") }
             };
             t.add_row(vec![
-                pod.vertex.clone(),
                 pod.pod.clone(),
                 pod.node.clone().unwrap_or_else(|| "not placed".to_string()),
                 gpus,
                 join(&|n| format!("{} {}{near}", n.nic, n.vf)),
                 join(&|n| n.ip.to_string()),
-                join(&|n| n.domain.clone()),
             ]);
         }
         outln!("{t}")?;
+    }
+    outln!("* the NIC shares a PCIe switch with one of the pod's GPUs; x it does not (across the host bridge)")?;
+    // A vertex's name on a network is the same for every pod and policy: print each once.
+    let mut names = std::collections::BTreeSet::new();
+    for pod in r.policies.iter().flat_map(|p| &p.pods) {
+        for n in &pod.nics {
+            names.insert((pod.pipeline.as_str(), pod.vertex.as_str(), n.domain.as_str()));
+        }
+    }
+    if !names.is_empty() {
+        outln!()?;
+        outln!("DNS names (one A record per placed pod on the network):")?;
+        for (pipeline, vertex, domain) in names {
+            outln!("{}", wrap(&format!("  {pipeline}/{vertex}  {domain}"), 4))?;
+        }
     }
     outln!()?;
     let shares: Vec<String> = r
@@ -325,28 +536,110 @@ impl PolicyProgress {
     }
 }
 
-fn print_report(r: &SimReport) -> anyhow::Result<()> {
-    let types: Vec<String> = r.cluster.node_types.iter().map(|(k, v)| format!("{v}× {k}")).collect();
-    outln!(
+fn print_report(r: &SimReport, wide: bool) -> anyhow::Result<()> {
+    for line in report_head(r) {
+        outln!("{line}")?;
+    }
+    outln!()?;
+    if wide { print_wide(r) } else { print_narrow(r) }
+}
+
+/// The `cluster:` and `workload:` lines, wrapped to 100 columns under their labels.
+fn report_head(r: &SimReport) -> [String; 2] {
+    let types: Vec<String> = r.cluster.node_types.iter().map(|(k, v)| format!("{}× {k}", count(*v))).collect();
+    let cluster = format!(
         "cluster:  {} nodes, {} GPUs, {} SR-IOV VFs ({})",
-        r.cluster.nodes,
-        r.cluster.gpus,
-        r.cluster.vfs,
+        count(r.cluster.nodes),
+        count(r.cluster.gpus),
+        count(r.cluster.vfs),
         types.join(", ")
-    )?;
-    let sizes: Vec<String> = r.workload.by_size.iter().map(|(k, v)| format!("{v}× {k}-GPU")).collect();
+    );
+    let sizes: Vec<String> = r.workload.by_size.iter().map(|(k, v)| format!("{}× {k}-GPU", count(*v))).collect();
     let sizes = if sizes.is_empty() { String::new() } else { format!(" ({})", sizes.join(", ")) };
-    let target = r.workload.target_load.map_or(String::new(), |t| format!(" (generated for {:.0}%)", t * 100.0));
+    // The generator's target is a rate: compare it with the load over the arrival window.
+    let target = r.workload.target_load.map_or(String::new(), |t| {
+        format!(
+            " ({:.0}% over the arrival window, generated for {:.0}%)",
+            r.workload.arrival_window_load * 100.0,
+            t * 100.0
+        )
+    });
     let vfs = match r.workload.vf_pods {
         0 => String::new(),
-        n => format!(", {n} asking for VFs"),
+        n => format!(", {} asking for VFs", count(n)),
     };
-    outln!(
-        "workload: {} pods{sizes}{vfs}, offered load {:.0}% of GPU capacity{target}",
-        r.workload.pods,
+    let workload = format!(
+        "workload: {} pods{sizes}{vfs}, offered load {:.0}% of GPU capacity while pods are present{target}",
+        count(r.workload.pods),
         r.workload.offered_load * 100.0
-    )?;
+    );
+    [wrap(&cluster, 10), wrap(&workload, 10)]
+}
+
+/// `placed/offered` with thousands separators.
+fn of(placed: usize, offered: usize) -> String {
+    format!("{}/{}", count(placed), count(offered))
+}
+
+/// The default table: the headline columns in 100 columns, run times on a line below, a legend.
+fn print_narrow(r: &SimReport) -> anyhow::Result<()> {
+    let mut t = report_table(
+        &[
+            "policy",
+            "placed",
+            "short\nof VFs",
+            "8-GPU\nplaced",
+            "ring GB/s\nmean / p10",
+            "VFs by\nGPUs",
+            "stranded\nGPUs",
+        ],
+        &[1, 2, 3, 4, 5, 6],
+    );
+    for p in &r.policies {
+        t.add_row(vec![
+            p.policy.clone(),
+            of(p.placed, p.placed + p.unplaced),
+            count(p.unplaced_for_vfs),
+            p.by_size.get(&8).map_or("-".to_string(), |c| of(c.placed, c.offered)),
+            format!("{:.1} / {:.1}", p.mean_ring_bandwidth_gbps, p.p10_ring_bandwidth_gbps),
+            near_share(p),
+            format!("{:.1}", p.mean_stranded_gpus),
+        ]);
+    }
+    outln!("{t}")?;
+    let times: Vec<String> = r.policies.iter().map(|p| format!("{} {:.0} ms", p.policy, p.run_ms)).collect();
+    outln!("{}", wrap(&format!("run time: {}", times.join(", ")), 10))?;
     outln!()?;
+    let legend = [
+        ("placed", "pods placed / offered (no queue: a pod that no node can take on arrival is lost)"),
+        ("short of VFs", "pods asking VFs not placed although a node had their GPUs free (but not their VFs)"),
+        ("8-GPU placed", "8-GPU pods placed / offered"),
+        (
+            "ring GB/s",
+            "per placed multi-GPU pod, the best ring over its GPUs: its slowest hop, what a ring \
+             all-reduce gets (GB/s per direction); mean and 10th percentile over pods",
+        ),
+        (
+            "VFs by GPUs",
+            "share of placed pods asking VFs whose every VF shares a PCIe switch with one of their \
+             GPUs, so GPUDirect RDMA does not cross the host bridge",
+        ),
+        ("stranded GPUs", "free GPUs whose NVLink peers are all busy, mean over arrivals"),
+        ("--wide", "adds the mean pair bandwidth, all-NVLink sets and stranded share of the free GPUs"),
+    ];
+    for (column, meaning) in legend {
+        outln!("{}", wrap(&format!("{column:<14}{meaning}"), 14))?;
+    }
+    Ok(())
+}
+
+/// `VFs by GPUs`: the share, or `-` when no pod asking VFs was placed.
+fn near_share(p: &weft_sim::PolicyReport) -> String {
+    if p.vf_pods_placed == 0 { "-".to_string() } else { format!("{:.1}%", p.vf_near_gpu_share * 100.0) }
+}
+
+/// `--wide`: every column, as before the table had to fit 100 columns.
+fn print_wide(r: &SimReport) -> anyhow::Result<()> {
     let mut t = table(&[
         "policy",
         "placed",
@@ -358,31 +651,35 @@ fn print_report(r: &SimReport) -> anyhow::Result<()> {
         "stranded free GPUs",
         "run time",
     ]);
+    t.set_content_arrangement(comfy_table::ContentArrangement::Disabled);
     for p in &r.policies {
-        let eight = p.by_size.get(&8).map_or("-".to_string(), |c| format!("{}/{}", c.placed, c.offered));
-        let short =
-            if p.unplaced_for_vfs > 0 { format!(" ({} short of VFs)", p.unplaced_for_vfs) } else { String::new() };
-        let near = if p.vf_pods_placed == 0 { "-".to_string() } else { format!("{:.1}%", p.vf_near_gpu_share * 100.0) };
+        let eight = p.by_size.get(&8).map_or("-".to_string(), |c| of(c.placed, c.offered));
+        let short = if p.unplaced_for_vfs > 0 {
+            format!(" ({} short of VFs)", count(p.unplaced_for_vfs))
+        } else {
+            String::new()
+        };
         t.add_row(vec![
             p.policy.clone(),
-            format!("{}/{}{short}", p.placed, p.placed + p.unplaced),
+            format!("{}{short}", of(p.placed, p.placed + p.unplaced)),
             eight,
             format!("{:.1} / {:.1}", p.mean_ring_bandwidth_gbps, p.p10_ring_bandwidth_gbps),
             format!("{:.1} / {:.1}", p.mean_pair_bandwidth_gbps, p.p10_pair_bandwidth_gbps),
             format!("{:.1}%", p.all_nvlink_share * 100.0),
-            near,
+            near_share(p),
             format!("{:.1} ({:.1}% of free)", p.mean_stranded_gpus, p.stranded_share_of_free * 100.0),
             format!("{:.0} ms", p.run_ms),
         ]);
     }
     outln!("{t}")?;
     outln!()?;
-    outln!("ring GB/s: what a ring all-reduce over each multi-GPU pod's GPUs gets, the slowest hop of the best")?;
-    outln!("ring (per direction, estimated from link type and generation); mean and 10th percentile over pods.")?;
-    outln!("pair GB/s: the mean over the set's GPU pairs instead, which hides a slow hop. VFs by their GPUs:")?;
-    outln!("share of placed pods asking for VFs whose every VF shares a PCIe switch with one of their GPUs")?;
-    outln!("(GPUDirect RDMA without the host bridge); short of VFs: pods not placed because no node with their")?;
-    outln!("GPUs free had their VFs free. stranded: free GPUs whose NVLink peers are all busy, averaged over")?;
-    outln!("arrivals.")?;
+    let legend = "ring GB/s: what a ring all-reduce over each multi-GPU pod's GPUs gets, the slowest hop of the \
+                  best ring (per direction, estimated from link type and generation); mean and 10th percentile \
+                  over pods. pair GB/s: the mean over the set's GPU pairs instead, which hides a slow hop. VFs \
+                  by their GPUs: share of placed pods asking for VFs whose every VF shares a PCIe switch with \
+                  one of their GPUs (GPUDirect RDMA without the host bridge); short of VFs: pods not placed \
+                  because no node with their GPUs free had their VFs free. stranded: free GPUs whose NVLink \
+                  peers are all busy, averaged over arrivals.";
+    outln!("{}", wrap(legend, 0))?;
     Ok(())
 }

@@ -9,7 +9,7 @@ use weft_sim::matrix::{
     run_matrix,
 };
 
-use crate::output::{Output, print_json, table};
+use crate::output::{Output, count, count_f, print_json, report_table, wrap};
 
 /// Run the matrix and print it. Ends the process with exit status 1 (after printing) when a cell's
 /// gate fails (`gate: true`: weft lost there; `gate: strict`: lost or tied).
@@ -38,21 +38,25 @@ fn print_matrix(r: &MatrixReport) -> anyhow::Result<()> {
         print_cell(c)?;
     }
     outln!()?;
-    outln!("bottleneck GB/s: {}; p10 and mean over pods.", r.bandwidth_measure)?;
-    outln!("pair GB/s: the mean over the set's GPU pairs instead, which hides a slow hop. stranded: free GPUs")?;
-    outln!("whose NVLink peers are all busy, averaged over arrivals. Several seeds: mean (worst seed).")?;
-    outln!("verdict, against each baseline on every seed: placed and 8-GPU placed ≥; p10 and mean bottleneck")?;
-    outln!("higher (n/a without multi-GPU pods), stranded fewer: equal there is a tie, not a win.")?;
+    let legend = format!(
+        "bottleneck GB/s: {}; p10 and mean over pods. pair GB/s: the mean over the set's GPU pairs \
+         instead, which hides a slow hop. stranded: free GPUs whose NVLink peers are all busy, averaged over \
+         arrivals. Several seeds: mean (worst seed). verdict, against each baseline on every seed: placed and \
+         8-GPU placed ≥; p10 and mean bottleneck higher (n/a without multi-GPU pods), stranded fewer: equal \
+         there is a tie, not a win.",
+        r.bandwidth_measure
+    );
+    outln!("{}", wrap(&legend, 0))?;
     outln!()?;
     let failed = |n: &String| if r.gate_failed.contains(n) { format!("{n} (gate failed)") } else { n.clone() };
     let list = |names: &[String]| names.iter().map(failed).collect::<Vec<_>>().join(", ");
     let wins = r.cells.len() - r.losing.len() - r.tying.len();
     outln!("matrix: {} cells; weft wins {wins}, ties {}, loses {}", r.cells.len(), r.tying.len(), r.losing.len())?;
     if !r.losing.is_empty() {
-        outln!("loses: {}", list(&r.losing))?;
+        outln!("{}", wrap(&format!("loses: {}", list(&r.losing)), 7))?;
     }
     if !r.tying.is_empty() {
-        outln!("ties:  {}", list(&r.tying))?;
+        outln!("{}", wrap(&format!("ties:  {}", list(&r.tying)), 7))?;
     }
     Ok(())
 }
@@ -77,7 +81,7 @@ fn describe(k: &Check, seeds: &[u64], several: bool, tie: bool) -> String {
 fn print_cell(c: &CellReport) -> anyhow::Result<()> {
     let s = &c.spec.stream;
     let seeds = if s.seeds == 1 { "seed 1".to_string() } else { format!("seeds 1-{}", s.seeds) };
-    let sizes: Vec<String> = c.by_size.iter().map(|(k, v)| format!("{v}× {k}-GPU")).collect();
+    let sizes: Vec<String> = c.by_size.iter().map(|(k, v)| format!("{}× {k}-GPU", count(*v))).collect();
     let mut flags = Vec::new();
     if c.spec.small {
         flags.push("small");
@@ -90,26 +94,37 @@ fn print_cell(c: &CellReport) -> anyhow::Result<()> {
     let flags = if flags.is_empty() { String::new() } else { format!(" [{}]", flags.join(", ")) };
     outln!("cell {}{flags}", c.name)?;
     let mix = if c.mix_description.is_empty() { String::new() } else { format!(": {}", c.mix_description) };
-    outln!("  cluster: {} nodes, {} GPUs, {} VFs, mix {}{mix}", c.nodes, c.gpus, c.vfs, c.spec.cluster.mix)?;
-    outln!(
+    let cluster = format!(
+        "  cluster: {} nodes, {} GPUs, {} VFs, mix {}{mix}",
+        count(c.nodes),
+        count(c.gpus),
+        count(c.vfs),
+        c.spec.cluster.mix
+    );
+    outln!("{}", wrap(&cluster, 11))?;
+    let stream = format!(
         "  stream:  {} pods per seed ({}), {:.0}% asking one VF, {seeds}",
-        s.pods,
+        count(s.pods),
         sizes.join(", "),
         s.vf_share * 100.0
-    )?;
+    );
+    outln!("{}", wrap(&stream, 11))?;
     let several = s.seeds > 1;
     let cell = |mean: f64, worst: f64, digits: usize| {
-        if several { format!("{mean:.digits$} ({worst:.digits$})") } else { format!("{mean:.digits$}") }
+        if several { format!("{} ({})", count_f(mean, digits), count_f(worst, digits)) } else { count_f(mean, digits) }
     };
-    let mut t = table(&[
-        "policy",
-        "placed",
-        "8-GPU placed",
-        "p10 bottleneck GB/s",
-        "mean bottleneck GB/s",
-        "mean pair GB/s",
-        "stranded GPUs",
-    ]);
+    let mut t = report_table(
+        &[
+            "policy",
+            "placed",
+            "8-GPU\nplaced",
+            "bottleneck\np10 GB/s",
+            "bottleneck\nmean GB/s",
+            "mean pair\nGB/s",
+            "stranded\nGPUs",
+        ],
+        &[1, 2, 3, 4, 5, 6],
+    );
     let digits = if several { 1 } else { 0 };
     for p in &c.policies {
         let (m, w): (&Metrics, &Metrics) = (&p.mean, &p.worst);
@@ -143,6 +158,6 @@ fn print_cell(c: &CellReport) -> anyhow::Result<()> {
         CellVerdict::Loses if tied.is_empty() => format!("weft LOSES{failed}: {}", lost.join("; ")),
         CellVerdict::Loses => format!("weft LOSES{failed}: {}; ties: {}", lost.join("; "), tied.join("; ")),
     };
-    outln!("  verdict for {}: {verdict}", c.name)?;
+    outln!("{}", wrap(&format!("  verdict for {}: {verdict}", c.name), 4))?;
     Ok(())
 }

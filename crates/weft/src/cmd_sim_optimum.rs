@@ -8,7 +8,7 @@ use weft_alloc::ScoreConfig;
 use weft_sim::optimum::{InstanceReport, OptimumOptions, compare};
 use weft_sim::{Cluster, Generate, PlacementPolicy, SimPod};
 
-use crate::output::{Output, print_json, table};
+use crate::output::{Output, count, print_json, report_table, wrap};
 
 /// What the optimum run needs from `weft simulate`'s flags.
 pub struct OptimumRun<'a> {
@@ -55,42 +55,44 @@ fn percent(x: f64) -> String {
 
 fn print_table(reports: &[InstanceReport]) -> anyhow::Result<()> {
     let Some(first) = reports.first() else { return Ok(()) };
-    outln!(
+    let legend = format!(
         "cluster: {} nodes, {} GPUs; bound: an upper bound on the pods any placement of the stream places \
          (optimal: the offline optimum; MIP bound: the search's proven bound at the time limit; LP bound: the \
-         linear relaxation's); best found: the solver's or a best-fit offline placement; optimum ≥: that or the most any \
-         policy placed; gap: (bound - placed) / bound, at least the true gap to the optimum",
-        first.nodes,
-        first.gpus
-    )?;
+         linear relaxation's); best found: the solver's or a best-fit offline placement; optimum ≥: that or the \
+         most any policy placed; per policy: pods placed (gap), gap = (bound - placed) / bound, at least the \
+         true gap to the optimum",
+        count(first.nodes),
+        count(first.gpus)
+    );
+    outln!("{}", wrap(&legend, 0))?;
     let mut header = vec![
         "seed".to_string(),
-        "pods (VF)".into(),
+        "pods\n(VF)".into(),
         "bound".into(),
         "kind".into(),
-        "best found".into(),
-        "optimum ≥".into(),
+        "best\nfound".into(),
+        "optimum\n≥".into(),
     ];
     for p in &first.policies {
-        header.push(p.policy.clone());
-        header.push(format!("{} gap", p.policy));
+        // `least-allocated` takes two lines.
+        header.push(p.policy.replacen('-', "-\n", 1));
     }
-    header.push("solve s".into());
+    header.push("solve\ns".into());
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
-    let mut t = table(&header);
+    let right: Vec<usize> = (0..header.len()).filter(|&c| c != 3).collect();
+    let mut t = report_table(&header, &right);
     let mut gap_sums = vec![0.0; first.policies.len()];
     for r in reports {
         let mut row = vec![
             r.seed.to_string(),
-            format!("{} ({})", r.bound.pods, r.vf_pods),
-            r.bound.bound.to_string(),
+            format!("{} ({})", count(r.bound.pods), count(r.vf_pods)),
+            count(r.bound.bound),
             r.bound.kind.name().to_string(),
-            r.bound.best_found.map_or("-".to_string(), |b| b.to_string()),
-            r.optimum_at_least.to_string(),
+            r.bound.best_found.map_or("-".to_string(), count),
+            count(r.optimum_at_least),
         ];
         for (i, p) in r.policies.iter().enumerate() {
-            row.push(p.placed.to_string());
-            row.push(percent(p.gap));
+            row.push(format!("{} ({})", count(p.placed), percent(p.gap)));
             gap_sums[i] += p.gap;
         }
         row.push(format!("{:.1}", r.bound.solve_ms / 1000.0));
@@ -103,10 +105,10 @@ fn print_table(reports: &[InstanceReport]) -> anyhow::Result<()> {
         .zip(&gap_sums)
         .map(|(p, s)| format!("{} {}", p.policy, percent(s / reports.len() as f64)))
         .collect();
-    outln!("mean gap over {} instances: {}", reports.len(), means.join(", "))?;
+    outln!("{}", wrap(&format!("mean gap over {} instances: {}", reports.len(), means.join(", ")), 4))?;
     for r in reports {
         if let Some(note) = &r.bound.note {
-            outln!("seed {}: {note}", r.seed)?;
+            outln!("{}", wrap(&format!("seed {}: {note}", r.seed), 4))?;
         }
     }
     Ok(())

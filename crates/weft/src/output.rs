@@ -46,6 +46,59 @@ pub fn table(header: &[&str]) -> Table {
     t
 }
 
+/// Columns the simulator's reports fit in: their tables and their prose (docs/simulate.md, "Reading
+/// the table"). A terminal that is narrower gets the table wrapped to its width; output that is not a
+/// terminal gets it whole.
+pub const REPORT_COLUMNS: u16 = 100;
+
+/// A table of a report meant to fit [`REPORT_COLUMNS`]: weft's look, wrapped to the smaller of that and
+/// the terminal's width (comfy-table breaks the widest cells first). Header cells may hold a `\n`
+/// to take two lines. `right` are the columns aligned right (numbers).
+pub fn report_table(header: &[&str], right: &[usize]) -> Table {
+    let mut t = table(header);
+    if t.width().is_none_or(|w| w > REPORT_COLUMNS) {
+        t.set_width(REPORT_COLUMNS).set_content_arrangement(ContentArrangement::Dynamic);
+    }
+    // The first column names the row (policy, pod, node type): never broken.
+    if let Some(col) = t.column_mut(0) {
+        col.set_constraint(comfy_table::ColumnConstraint::ContentWidth);
+    }
+    for &c in right {
+        if let Some(col) = t.column_mut(c) {
+            col.set_cell_alignment(comfy_table::CellAlignment::Right);
+        }
+    }
+    t
+}
+
+/// `text` wrapped to [`REPORT_COLUMNS`] at spaces, its lines after the first indented by `indent`
+/// columns (a word longer than a line stays whole).
+pub fn wrap(text: &str, indent: usize) -> String {
+    let pad = " ".repeat(indent);
+    let options = textwrap::Options::new(usize::from(REPORT_COLUMNS))
+        .subsequent_indent(&pad)
+        .break_words(false)
+        .word_separator(textwrap::WordSeparator::AsciiSpace)
+        .word_splitter(textwrap::WordSplitter::NoHyphenation);
+    textwrap::fill(text, options)
+}
+
+/// A count with thousands separators, as the progress bars print it: `100,000`.
+pub fn count(n: usize) -> String {
+    indicatif::HumanCount(n as u64).to_string()
+}
+
+/// A non-negative number with `digits` decimals and thousands separators: `1,944.5`.
+pub fn count_f(x: f64, digits: usize) -> String {
+    let text = format!("{x:.digits$}");
+    let (whole, fraction) = text.split_once('.').map_or((text.as_str(), None), |(w, f)| (w, Some(f)));
+    match (whole.parse::<usize>(), fraction) {
+        (Ok(w), Some(f)) => format!("{}.{f}", count(w)),
+        (Ok(w), None) => count(w),
+        (Err(_), _) => text,
+    }
+}
+
 /// Print a value as pretty JSON on stdout.
 pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
     outln!("{}", serde_json::to_string_pretty(value)?)?;

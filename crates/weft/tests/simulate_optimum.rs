@@ -49,7 +49,9 @@ fn the_table_names_what_the_bound_is() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("upper bound") && text.contains("weft gap") && text.contains("mean gap over 1 instances"),
+        text.contains("upper bound")
+            && text.contains("per policy: pods placed (gap)")
+            && text.contains("mean gap over 1 instances"),
         "{text}"
     );
 }
