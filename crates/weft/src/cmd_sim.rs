@@ -353,7 +353,11 @@ impl PodRecords {
     fn write(&mut self, o: &weft_sim::PodOutcome<'_>) -> std::io::Result<()> {
         let record = PodJson::of(o);
         match self {
-            PodRecords::Csv(w, buf) => record.write_csv(w, buf)?,
+            // An I/O error stays one (a closed pipe is not an error to report: see `main`).
+            PodRecords::Csv(w, buf) => record.write_csv(w, buf).map_err(|e| match e.into_kind() {
+                csv::ErrorKind::Io(e) => e,
+                other => std::io::Error::other(format!("{other:?}")),
+            })?,
             PodRecords::Jsonl(w) => {
                 serde_json::to_writer(&mut *w, &record)?;
                 std::io::Write::write_all(w, b"\n")?;

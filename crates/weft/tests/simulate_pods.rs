@@ -147,3 +147,25 @@ fn a_file_that_cannot_be_written_is_an_error_naming_it() {
     let out = weft(dir.path(), &["simulate", "--pods-format", "jsonl"]);
     assert!(!out.status.success(), "--pods-format needs --pods-out");
 }
+
+/// A reader that goes away after the first lines (`weft simulate --pods-out - | head`) ends the run
+/// quietly, as every weft command does on a closed pipe, in both formats.
+#[test]
+fn records_to_a_closed_pipe_end_the_run_quietly() {
+    use std::io::{BufRead, BufReader};
+    for format in ["csv", "jsonl"] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_weft"))
+            .args(["simulate", "--pods", "3000", "--pods-out", "-", "--pods-format", format])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("weft runs");
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut first).expect("a first line");
+        assert!(first.starts_with("policy") || first.starts_with('{'), "{first}");
+        // The reader is dropped here: the pipe closes with thousands of records still to write.
+        let out = child.wait_with_output().expect("weft ends");
+        assert!(out.status.success(), "{format}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.stderr.is_empty(), "{format}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
