@@ -106,10 +106,53 @@ fn print_table(reports: &[InstanceReport]) -> anyhow::Result<()> {
         .map(|(p, s)| format!("{} {}", p.policy, percent(s / reports.len() as f64)))
         .collect();
     outln!("{}", wrap(&format!("mean gap over {} instances: {}", reports.len(), means.join(", ")), 4))?;
+    print_ring_table(reports)?;
     for r in reports {
         if let Some(note) = &r.bound.note {
             outln!("{}", wrap(&format!("seed {}: {note}", r.seed), 4))?;
         }
     }
+    Ok(())
+}
+
+/// Each policy's mean bottleneck ring bandwidth beside the bound on it at the pods it placed.
+fn print_ring_table(reports: &[InstanceReport]) -> anyhow::Result<()> {
+    let Some(first) = reports.first() else { return Ok(()) };
+    outln!()?;
+    let legend = "bottleneck ring, per policy: its mean over placed multi-GPU pods (GB/s) / the bound on that mean \
+                  over every placement of at least as many pods (a linear relaxation over node types, each pod \
+                  counted at the best set of its size), and the gap (bound - mean) / bound";
+    outln!("{}", wrap(legend, 0))?;
+    let mut header = vec!["seed".to_string()];
+    for p in &first.policies {
+        header.push(p.policy.replacen('-', "-\n", 1));
+    }
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    let right: Vec<usize> = (0..header.len()).collect();
+    let mut t = report_table(&header, &right);
+    let mut sums = vec![(0.0, 0usize); first.policies.len()];
+    for r in reports {
+        let mut row = vec![r.seed.to_string()];
+        for (i, p) in r.policies.iter().enumerate() {
+            row.push(match (p.ring_bound_gbps, p.ring_gap) {
+                (Some(b), Some(g)) => {
+                    sums[i].0 += g;
+                    sums[i].1 += 1;
+                    format!("{:.0} / {:.0} ({})", p.mean_ring_gbps, b, percent(g))
+                }
+                _ => "-".to_string(),
+            });
+        }
+        t.add_row(row);
+    }
+    outln!("{t}")?;
+    let means: Vec<String> = first
+        .policies
+        .iter()
+        .zip(&sums)
+        .filter(|(_, (_, n))| *n > 0)
+        .map(|(p, (s, n))| format!("{} {}", p.policy, percent(s / *n as f64)))
+        .collect();
+    outln!("{}", wrap(&format!("mean bottleneck gap over {} instances: {}", reports.len(), means.join(", ")), 4))?;
     Ok(())
 }

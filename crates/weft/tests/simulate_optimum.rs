@@ -39,6 +39,15 @@ fn each_instance_has_a_bound_above_every_policy_and_their_gaps() {
             assert!(placed <= at_least && at_least <= bound, "{i}");
             let gap = p["gap"].as_f64().unwrap();
             assert!((gap - (bound - placed) as f64 / bound as f64).abs() < 1e-9, "{p}");
+            // The bandwidth bound at the policy's own count is above its mean, and the gap is theirs.
+            let mean = p["meanRingGbps"].as_f64().unwrap();
+            if let Some(ring) = p["ringBoundGbps"].as_f64() {
+                assert!(mean <= ring + 1e-6, "{p}");
+                let ring_gap = p["ringGap"].as_f64().unwrap();
+                assert!((ring_gap - (ring - mean) / ring).abs() < 1e-9, "{p}");
+            } else {
+                assert_eq!(mean, 0.0, "no bound only without multi-GPU pods placed: {p}");
+            }
         }
     }
 }
@@ -51,7 +60,9 @@ fn the_table_names_what_the_bound_is() {
     assert!(
         text.contains("upper bound")
             && text.contains("per policy: pods placed (gap)")
-            && text.contains("mean gap over 1 instances"),
+            && text.contains("mean gap over 1 instances")
+            && text.contains("bottleneck ring, per policy")
+            && text.contains("mean bottleneck gap over 1 instances"),
         "{text}"
     );
 }
