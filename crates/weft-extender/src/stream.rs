@@ -305,7 +305,8 @@ impl<R: Read> JsonStream<R> {
                             limit: self.limits.max_decoded_bytes,
                         });
                     }
-                    let want = (have * 2).clamp(READ_CHUNK, self.limits.max_decoded_bytes.saturating_add(1));
+                    // Not `clamp`: a limit under READ_CHUNK (--max-decoded-bytes) would make it panic.
+                    let want = (have * 2).max(READ_CHUNK).min(self.limits.max_decoded_bytes.saturating_add(1));
                     self.fill(want)?;
                 }
             }

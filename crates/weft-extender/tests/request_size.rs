@@ -151,6 +151,32 @@ fn values_split_anywhere_across_reads_decode_the_same() {
 }
 
 #[test]
+fn a_decoded_limit_below_the_read_size_reads_on_instead_of_panicking() {
+    // Found by fuzzing (fuzz/ extender_args): with --max-decoded-bytes under 64 KiB, a value cut
+    // by a read asked `clamp(64 KiB, limit + 1)` of the buffer, which panics when min > max.
+    let body = br#"{"pod":null,"nodes":null,"NodeNames":["a","b"],"x":[1,{"y":"\u00e9"}]}"#;
+    let limits = StreamLimits { max_body_bytes: 1 << 16, max_decoded_bytes: 4096 };
+    let mut stream = JsonStream::new(Trickle(body, 1), limits);
+    let args = read_args(&mut stream, 10).unwrap();
+    assert_eq!(args.node_names, Some(vec!["a".to_string(), "b".to_string()]));
+    // A value over that limit is still refused for its size.
+    let big = format!("{{\"NodeNames\":[\"{}\"]}}", "n".repeat(5000));
+    let err = read_args(&mut JsonStream::new(Trickle(big.as_bytes(), 3), limits), 10).unwrap_err();
+    assert!(matches!(err, StreamError::ValueTooLarge { limit: 4096, .. }), "{err}");
+}
+
+/// Hands out at most `.1` bytes per read.
+struct Trickle<'a>(&'a [u8], usize);
+impl Read for Trickle<'_> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        let n = out.len().min(self.1).min(self.0.len());
+        out[..n].copy_from_slice(&self.0[..n]);
+        self.0 = &self.0[n..];
+        Ok(n)
+    }
+}
+
+#[test]
 fn a_number_cut_by_a_read_is_read_on() {
     // Reads come in 64 KiB; put a number across that boundary at every split point.
     let number = "-68719476736.5e-3";
