@@ -22,7 +22,8 @@ fuzz_target!(|data: &[u8]| {
         (weft_pipeline::domain::PIPELINE_NAME_LABEL.to_owned(), "video".to_owned()),
         (weft_pipeline::domain::VERTEX_NAME_LABEL.to_owned(), "inference".to_owned()),
     ]);
-    let annotations = BTreeMap::from([(weft_pipeline::domain::VERTEX_DOMAINS_ANNOTATION.to_owned(), annotation.to_owned())]);
+    let annotations =
+        BTreeMap::from([(weft_pipeline::domain::VERTEX_DOMAINS_ANNOTATION.to_owned(), annotation.to_owned())]);
     let pod = Pod {
         metadata: ObjectMeta {
             name: Some("video-inference-0".to_owned()),
