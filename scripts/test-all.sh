@@ -50,7 +50,8 @@ rm -rf "${CARGO_TARGET_DIR:-target}/rbac-ledger"
 # test binary, from the output kept in test-all.log) and every skip (the skip_summary test).
 export WEFT_TEST_REQUIRE_ALL=1
 rm -rf "${CARGO_TARGET_DIR:-target}/skip-ledger"
-test_log="${CARGO_TARGET_DIR:-target}/test-all.log"
+# Absolute: cargo runs the summary test from its package's directory.
+test_log="$(realpath -m "${CARGO_TARGET_DIR:-target}")/test-all.log"
 skip_summary() {
   log "what ran and what skipped (${test_log}, ${CARGO_TARGET_DIR:-target}/skip-ledger)"
   WEFT_TEST_LOG="$test_log" cargo test -p weft-testkit --test skip_summary --locked -q -- --ignored --nocapture
