@@ -129,16 +129,6 @@ fn skipped_task_pods_do_not_count_against_the_decoded_limit_and_kept_values_do()
 
 #[test]
 fn values_split_anywhere_across_reads_decode_the_same() {
-    /// Hands out at most `step` bytes per read.
-    struct Trickle<'a>(&'a [u8], usize);
-    impl Read for Trickle<'_> {
-        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
-            let n = out.len().min(self.1).min(self.0.len());
-            out[..n].copy_from_slice(&self.0[..n]);
-            self.0 = &self.0[n..];
-            Ok(n)
-        }
-    }
     let body = json!({"Pod": common::pending_pod_json("p", 2), "unknown": [1, {"x": [true, null, -1.5e3]}, "s"],
                       "Nodes": {"metadata": {}, "items": [common::node_json("n1", None, 8)]},
                       "nodeNames": ["a", "b"], "n": 12345})
