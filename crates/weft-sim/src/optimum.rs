@@ -584,11 +584,20 @@ pub fn compare(
 ) -> Result<InstanceReport, OptimumError> {
     let bound = placed_bound(cluster, pods, options)?;
     let mut gaps = Vec::with_capacity(policies.len());
+    // The ring bound depends only on the count placed: policies that placed as many share a solve.
+    let mut ring_bounds: BTreeMap<usize, Option<f64>> = BTreeMap::new();
     for &policy in policies {
         let r = run_policy(cluster, pods, policy, score_config, seed, &mut |_| {})?;
         let gap = if bound.bound == 0 { 0.0 } else { (bound.bound as f64 - r.placed as f64) / bound.bound as f64 };
-        let ring_bound_gbps =
-            if r.multi_gpu_placed == 0 { None } else { ring_bound(cluster, pods, r.placed, options)?.mean_gbps };
+        let ring_bound_gbps = if r.multi_gpu_placed == 0 {
+            None
+        } else if let Some(&b) = ring_bounds.get(&r.placed) {
+            b
+        } else {
+            let b = ring_bound(cluster, pods, r.placed, options)?.mean_gbps;
+            ring_bounds.insert(r.placed, b);
+            b
+        };
         let ring_gap = ring_bound_gbps.filter(|&b| b > 0.0).map(|b| ((b - r.mean_ring_bandwidth_gbps) / b).max(0.0));
         gaps.push(PolicyGap {
             policy: r.policy,
