@@ -73,10 +73,7 @@ fn print_table(reports: &[InstanceReport]) -> anyhow::Result<()> {
         "best\nfound".into(),
         "optimum\n≥".into(),
     ];
-    for p in &first.policies {
-        // `least-allocated` takes two lines.
-        header.push(p.policy.replacen('-', "-\n", 1));
-    }
+    header.extend(first.policies.iter().map(|p| policy_header(&p.policy)));
     header.push("solve\ns".into());
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
     let right: Vec<usize> = (0..header.len()).filter(|&c| c != 3).collect();
@@ -106,13 +103,17 @@ fn print_table(reports: &[InstanceReport]) -> anyhow::Result<()> {
         .map(|(p, s)| format!("{} {}", p.policy, percent(s / reports.len() as f64)))
         .collect();
     outln!("{}", wrap(&format!("mean gap over {} instances: {}", reports.len(), means.join(", ")), 4))?;
-    print_ring_table(reports)?;
     for r in reports {
         if let Some(note) = &r.bound.note {
             outln!("{}", wrap(&format!("seed {}: {note}", r.seed), 4))?;
         }
     }
-    Ok(())
+    print_ring_table(reports)
+}
+
+/// A policy's column header: `least-allocated` takes two lines.
+fn policy_header(policy: &str) -> String {
+    policy.replacen('-', "-\n", 1)
 }
 
 /// Each policy's mean bottleneck ring bandwidth beside the bound on it at the pods it placed.
@@ -124,9 +125,7 @@ fn print_ring_table(reports: &[InstanceReport]) -> anyhow::Result<()> {
                   counted at the best set of its size), and the gap (bound - mean) / bound";
     outln!("{}", wrap(legend, 0))?;
     let mut header = vec!["seed".to_string()];
-    for p in &first.policies {
-        header.push(p.policy.replacen('-', "-\n", 1));
-    }
+    header.extend(first.policies.iter().map(|p| policy_header(&p.policy)));
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
     let right: Vec<usize> = (0..header.len()).collect();
     let mut t = report_table(&header, &right);
