@@ -276,15 +276,31 @@ impl ClusterSpec {
         out
     }
 
-    /// Read a cluster file (YAML or JSON).
+    /// Read a cluster file (YAML or JSON). A `network:` section (for `weft simulate --jobs`) is
+    /// accepted and left out; [`ClusterSpec::from_file_with_network`] keeps it.
     pub fn from_file(path: &Path) -> Result<ClusterSpec, SimError> {
+        Ok(Self::from_file_with_network(path)?.0)
+    }
+
+    /// Read a cluster file with its optional `network:` section ([`crate::jobs::NetworkSpec`]:
+    /// leaves, spines, NVLink domains, link rates), checked against the file's node types.
+    pub fn from_file_with_network(path: &Path) -> Result<(ClusterSpec, Option<crate::jobs::NetworkSpec>), SimError> {
         let text = std::fs::read_to_string(path)
             .map_err(|source| SimError::Io { path: path.display().to_string(), source })?;
-        let spec: ClusterSpec = serde_saphyr::from_str(&text)
-            .map_err(|e| SimError::Format { source_name: path.display().to_string(), message: e.to_string() })?;
+        Self::parse_with_network(&text, &path.display().to_string())
+    }
+
+    /// [`ClusterSpec::from_file_with_network`] of a file's text; `source` names it in errors.
+    pub fn parse_with_network(
+        text: &str,
+        source: &str,
+    ) -> Result<(ClusterSpec, Option<crate::jobs::NetworkSpec>), SimError> {
+        let file: ClusterFile = serde_saphyr::from_str(text)
+            .map_err(|e| SimError::Format { source_name: source.to_string(), message: e.to_string() })?;
+        let spec = ClusterSpec { api_version: file.api_version, kind: file.kind, node_types: file.node_types };
         if spec.kind != "SimCluster" || spec.api_version != crate::API_VERSION {
             return Err(SimError::Format {
-                source_name: path.display().to_string(),
+                source_name: source.to_string(),
                 message: format!(
                     "expected apiVersion {} kind SimCluster, found {} {}",
                     crate::API_VERSION,
@@ -293,7 +309,11 @@ impl ClusterSpec {
                 ),
             });
         }
-        Ok(spec)
+        if let Some(n) = &file.network {
+            n.validate(&spec)
+                .map_err(|e| SimError::Format { source_name: source.to_string(), message: e.to_string() })?;
+        }
+        Ok((spec, file.network))
     }
 
     /// Build the cluster; file topologies are resolved relative to `base_dir`.
@@ -332,6 +352,17 @@ impl ClusterSpec {
         }
         Ok(Cluster { types, nodes })
     }
+}
+
+/// A cluster file as written: [`ClusterSpec`] and the network section of job simulation.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ClusterFile {
+    api_version: String,
+    kind: String,
+    node_types: Vec<NodeTypeSpec>,
+    #[serde(default)]
+    network: Option<crate::jobs::NetworkSpec>,
 }
 
 /// A node type with its prepared allocator model.

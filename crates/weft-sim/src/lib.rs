@@ -6,6 +6,7 @@
 
 pub mod cluster;
 pub mod engine;
+pub mod jobs;
 pub mod matrix;
 pub mod optimum;
 pub mod pipeline;
