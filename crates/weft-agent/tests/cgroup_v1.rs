@@ -5,8 +5,11 @@
 //! The kernel's own refusals (a CPU that does not exist, a CFS period below 1 ms) drive the rollback
 //! tests. A test skips (`weft_testkit::require`) only when there is no v1 hierarchy at all.
 //!
-//! Also the v2 file layout on plain files in a temporary directory, and v2 path handling on the
-//! real (controller-less) cgroup2 mount at `/sys/fs/cgroup/unified` when there is one.
+//! Also the v2 file layout on plain files in a temporary directory, and v2 on a real cgroup2
+//! mount: the whole hierarchy at `/sys/fs/cgroup` (a cgroup v2 node: Debian 12 and later) or the
+//! controller-less one at `/sys/fs/cgroup/unified` (a hybrid host). This host has neither with
+//! controllers, so those tests skip here (the allow-list names them) and run in Debian's kernel
+//! under qemu (`scripts/vm-check.sh`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -432,14 +435,23 @@ fn v2_a_failed_write_rolls_back_in_reverse() {
     assert_eq!(read(&dir.join("cpuset.cpus")), "0-3");
 }
 
+/// This machine's cgroup2 mount: `/sys/fs/cgroup` on a cgroup v2 node, else `/sys/fs/cgroup/unified`
+/// on a hybrid host; or what is missing.
+fn v2_mount() -> Result<(PathBuf, CgroupHierarchy), String> {
+    let root = Path::new(DEFAULT_CGROUP_ROOT);
+    let mut tried = Vec::new();
+    for mount in [root.to_path_buf(), root.join("unified")] {
+        match CgroupHierarchy::detect(&mount) {
+            Ok(h) if h.version() == CgroupVersion::V2 => return Ok((mount, h)),
+            other => tried.push(format!("{}: {other:?}", mount.display())),
+        }
+    }
+    Err(format!("a cgroup2 mount at {DEFAULT_CGROUP_ROOT} or {DEFAULT_CGROUP_ROOT}/unified ({})", tried.join("; ")))
+}
+
 #[test]
 fn v2_paths_on_the_real_unified_mount() {
-    let unified = Path::new(DEFAULT_CGROUP_ROOT).join("unified");
-    let h = match CgroupHierarchy::detect(&unified) {
-        Ok(h) if h.version() == CgroupVersion::V2 => Ok(h),
-        other => Err(format!("a cgroup2 mount at {} ({other:?})", unified.display())),
-    };
-    let Some(h) = weft_testkit::require_ok(h) else { return };
+    let Some((unified, h)) = weft_testkit::require_ok(v2_mount()) else { return };
     let parent = common::unique_root();
     let parent_dir = parent.dir_under(&unified);
     let made = std::fs::create_dir(&parent_dir)
@@ -484,6 +496,123 @@ fn v2_paths_on_the_real_unified_mount() {
         let err = writer.apply(&cgroup, &ContainerSettings { cpus: set("0"), ..Default::default() }).unwrap_err();
         assert!(matches!(&err, CgroupError::Read { file, .. } if *file == dir.join("cpuset.cpus")), "{err:?}");
     }
+    drop(cleanup);
+    assert!(writer.read(&cgroup).unwrap_err().is_gone());
+}
+
+/// The controllers weft writes, as cgroup v2 names them in `cgroup.subtree_control`.
+const V2_CONTROLLERS: [&str; 3] = ["cpu", "cpuset", "memory"];
+
+/// Enforcement on a real cgroup v2 hierarchy with the cpu, cpuset and memory controllers (a v2
+/// node, where kubelet and systemd enable them down to each pod): the settings land in `cpu.max`,
+/// `memory.max`, `memory.high` and `cpuset.*`, the kernel holds them (page-rounded memory), and a
+/// write the kernel refuses (CPUs that do not exist) rolls back the writes before it.
+#[test]
+fn v2_applies_settings_the_kernel_holds_them_and_rolls_back() {
+    let Some((mount, h)) = weft_testkit::require_ok(v2_mount()) else { return };
+    let enabled = std::fs::read_to_string(mount.join("cgroup.subtree_control")).unwrap_or_default();
+    let has_all = V2_CONTROLLERS.iter().all(|c| enabled.split_whitespace().any(|e| e == *c));
+    let need =
+        format!("cpu, cpuset and memory enabled in {}/cgroup.subtree_control (has {enabled:?})", mount.display());
+    if !weft_testkit::require(has_all, need) {
+        return;
+    }
+    struct Cleanup(Vec<PathBuf>);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            for dir in self.0.iter().rev() {
+                if let Err(e) = std::fs::remove_dir(dir) {
+                    eprintln!("cleanup: rmdir {}: {e}", dir.display());
+                }
+            }
+        }
+    }
+    let mut cleanup = Cleanup(Vec::new());
+    let parent = common::unique_root();
+    let layout = CgroupLayout {
+        parent: parent.clone(),
+        ..CgroupLayout::new(CgroupDriver::Cgroupfs, ContainerRuntime::Containerd)
+    };
+    let cgroup = layout.container_cgroup(QosClass::Burstable, UID, CID).unwrap();
+    // Each level above the container hands the controllers down, as kubelet and systemd do.
+    let levels: Vec<_> = cgroup.ancestors().into_iter().filter(|c| c.as_str().len() >= parent.as_str().len()).collect();
+    for level in levels.iter().chain([&cgroup]) {
+        let dir = level.dir_under(&mount);
+        std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+        cleanup.0.push(dir.clone());
+        if *level != cgroup {
+            write(&dir.join("cgroup.subtree_control"), "+cpu +cpuset +memory");
+        }
+    }
+    let dir = cgroup.dir_under(&mount);
+    for file in ["cpu.max", "memory.max", "memory.high", "cpuset.cpus", "cpuset.mems"] {
+        assert!(dir.join(file).is_file(), "the kernel gave {} its {file}", dir.display());
+    }
+    assert_eq!(read(&dir.join("cpu.max")), "max 100000");
+
+    let writer = CgroupWriter::new(h);
+    let settings = ContainerSettings {
+        cpus: set("1"),
+        mems: set("0"),
+        cpu_quota: Some(50_000),
+        cpu_period: Some(100_000),
+        memory_limit: Some(300_000_000), // not a page multiple: the kernel rounds it down
+        memory_high: Some(1 << 28),
+        env: Vec::new(),
+    };
+    let applied = writer.apply(&cgroup, &settings).unwrap();
+    let written: Vec<_> = applied.written.iter().map(|w| (w.file.clone(), w.value.as_str())).collect();
+    assert_eq!(
+        written,
+        [
+            (dir.join("cpu.max"), "50000 100000"),
+            (dir.join("memory.max"), "300000000"),
+            (dir.join("memory.high"), "268435456"),
+            (dir.join("cpuset.cpus"), "1"),
+            (dir.join("cpuset.mems"), "0"),
+        ],
+        "a new v2 cgroup's cpuset files are empty, so both are written"
+    );
+    assert!(applied.skipped.is_empty(), "v2 expresses every field: {:?}", applied.skipped);
+    assert_eq!(read(&dir.join("cpu.max")), "50000 100000");
+    assert_eq!(read(&dir.join("memory.max")), (300_000_000 / 4096 * 4096).to_string());
+    assert_eq!(read(&dir.join("memory.high")), (1u64 << 28).to_string());
+    assert_eq!(read(&dir.join("cpuset.cpus")), "1");
+    assert_eq!(read(&dir.join("cpuset.cpus.effective")), "1");
+    assert_eq!(read(&dir.join("cpuset.mems")), "0");
+
+    let values = writer.read(&cgroup).unwrap();
+    assert_eq!(values.version, CgroupVersion::V2);
+    assert_eq!((values.cpus, values.mems), (Some(set("1")), Some(set("0"))));
+    assert_eq!((values.cpu_quota, values.cpu_period), (Some(50_000), Some(100_000)));
+    assert_eq!(values.memory_limit, Some(300_000_000 / 4096 * 4096));
+    assert_eq!(values.memory_high, Some(1 << 28));
+    assert!(writer.drift(&cgroup, &settings).unwrap().is_empty());
+    assert!(!writer.apply(&cgroup, &settings).unwrap().changed(), "applying again writes nothing");
+
+    // CPUs this machine does not have: the kernel refuses cpuset.cpus, the last write, and the
+    // quota and memory limit written before it come back.
+    let bad = ContainerSettings {
+        cpus: set("0-63"),
+        cpu_quota: Some(20_000),
+        memory_limit: Some(1 << 26),
+        ..Default::default()
+    };
+    let err = writer.apply(&cgroup, &bad).unwrap_err();
+    let CgroupError::Write { file, value, rolled_back, rollback_failures, .. } = &err else { panic!("{err:?}") };
+    assert_eq!((file, value.as_str()), (&dir.join("cpuset.cpus"), "0-63"));
+    assert_eq!((*rolled_back, rollback_failures.len()), (2, 0), "{err}");
+    assert_eq!(read(&dir.join("cpu.max")), "50000 100000");
+    assert_eq!(read(&dir.join("memory.max")), (300_000_000 / 4096 * 4096).to_string());
+    assert_eq!(read(&dir.join("cpuset.cpus")), "1");
+
+    // Lifting the limits.
+    let unlimited =
+        ContainerSettings { cpu_quota: Some(-1), memory_limit: Some(-1), memory_high: Some(-1), ..Default::default() };
+    assert_eq!(writer.apply(&cgroup, &unlimited).unwrap().written.len(), 3);
+    assert_eq!(read(&dir.join("cpu.max")), "max 100000");
+    assert_eq!(read(&dir.join("memory.max")), "max");
+    assert_eq!(read(&dir.join("memory.high")), "max");
     drop(cleanup);
     assert!(writer.read(&cgroup).unwrap_err().is_gone());
 }

@@ -11,7 +11,7 @@
 //! which `scripts/test-all.sh` clears before the suite and summarises after it (the
 //! `skip_summary` test). With [`SWITCH`] (`WEFT_TEST_REQUIRE_ALL=1`, set by `scripts/test-all.sh`)
 //! a skip is a failure naming what was missing, unless the test is in [`ALLOWED_SKIPS`], the
-//! commented list of tests CI cannot run (no GPU, no RDMA device, no cgroup v2 kernel there).
+//! commented list of tests CI's host cannot run (no GPU, no RDMA device, no cgroup v2 there).
 //!
 //! The test's name is the name of the thread that calls the helper (libtest names each test's
 //! thread after the test; a `#[tokio::test]` body runs on it), so call it from the test's own
@@ -21,8 +21,10 @@
 //!
 //! Decisions. The allow-list names tests, not needs (a "no GPU" entry would let the next GPU test
 //! skip in CI unseen); the `skip_lint` test fails on an entry that names no test, so a rename
-//! cannot leave one behind. Only what CI's machine cannot have is on it: a GPU, an RDMA device,
-//! a cgroup2 mount (the last two planned under a qemu kernel); root, netns, etcd, nats-server,
+//! cannot leave one behind. Only what CI's host cannot have is on it: a GPU, an RDMA device,
+//! a cgroup2 mount (the last two run in `scripts/vm-check.sh`'s VM, where [`NO_ALLOW_LIST`] makes
+//! their skip a failure; `scripts/gpu-check.sh` does the same for the GPU tests on a machine with
+//! one); root, netns, etcd, nats-server,
 //! dnsmasq, setpriv, host-local, cgroup v1 and 2 CPUs are all on CI's machine, so their skips fail
 //! there. The ledger is one file per skip (no appends racing across test processes), as the RBAC
 //! ledger is.
@@ -44,20 +46,22 @@ pub const ALLOWED_SKIPS: &[(&str, &str, &str)] = &[
     ("gpu", "staged_path_over_tcp_delivers_the_same_bytes", "needs a CUDA driver and a GPU; CI has no GPU"),
     ("gpu", "ipc_between_two_processes_shares_device_memory", "needs a CUDA driver and a GPU; CI has no GPU"),
     ("gpu", "ipc_descriptor_from_another_node_is_refused", "needs a CUDA driver and a GPU; CI has no GPU"),
-    // RDMA: CI's kernel has no RDMA device (and no rdma_rxe module to make a Soft-RoCE one).
+    // RDMA: CI's kernel has no RDMA device (and no rdma_rxe module to make a Soft-RoCE one). They
+    // run in scripts/vm-check.sh, on Soft-RoCE in Debian's kernel under qemu.
     ("rdma", "device_backend_passes_the_conformance_suite", RDMA_REASON),
     ("rdma", "device_small_ring_wraps_many_times_under_credits", RDMA_REASON),
     ("rdma", "device_held_payload_is_never_overwritten", RDMA_REASON),
     ("rdma", "device_peer_process_death_fails_the_reader_after_its_frames", RDMA_REASON),
-    // cgroup v2: a host with cgroup v1 only has no cgroup2 mount to test on.
-    (
-        "cgroup_v1",
-        "v2_paths_on_the_real_unified_mount",
-        "needs a cgroup2 mount (none on a cgroup v1-only host); planned: qemu kernel",
-    ),
+    // cgroup v2: a cgroup v1 host has no cgroup2 mount, or (hybrid) one without controllers. They
+    // run in scripts/vm-check.sh, on the unified hierarchy of Debian's kernel under qemu.
+    ("cgroup_v1", "v2_paths_on_the_real_unified_mount", CGROUP_V2_REASON),
+    ("cgroup_v1", "v2_applies_settings_the_kernel_holds_them_and_rolls_back", CGROUP_V2_REASON),
 ];
 
-const RDMA_REASON: &str = "needs an RDMA device with an active port; CI has none; planned: qemu kernel (Soft-RoCE)";
+const RDMA_REASON: &str =
+    "needs an RDMA device with an active port; CI's host has none; runs in scripts/vm-check.sh (Soft-RoCE under qemu)";
+const CGROUP_V2_REASON: &str = "needs a cgroup2 mount with the cpu, cpuset and memory controllers (CI's host is cgroup \
+     v1: they are bound to its v1 mounts); runs in scripts/vm-check.sh (cgroup v2 under qemu)";
 
 /// What a skip turns into.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,14 +89,42 @@ pub fn required_all() -> bool {
     parse_switch(value.as_deref()).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// The environment variable that turns the allow-list off: with it on (`1`) and [`SWITCH`] on,
+/// every skip fails, an allow-listed one too. Set where a test's need is meant to be met: inside
+/// the VM of `scripts/vm-check.sh` (cgroup v2, Soft-RoCE) and by `scripts/gpu-check.sh` (a GPU).
+/// Unset, empty or `0` is off; any other value fails the test that reads it.
+pub const NO_ALLOW_LIST: &str = "WEFT_TEST_NO_ALLOW_LIST";
+
+/// [`NO_ALLOW_LIST`]'s value, read as [`parse_switch`] reads the switch's.
+pub fn parse_no_allow_list(value: Option<&str>) -> Result<bool, String> {
+    match value {
+        None | Some("") | Some("0") => Ok(false),
+        Some("1") => Ok(true),
+        Some(other) => Err(format!("{NO_ALLOW_LIST}={other:?}: expected 1 (the allow-list is off) or 0/unset")),
+    }
+}
+
+/// Whether [`NO_ALLOW_LIST`] is on in this process; panics on a value it does not know.
+pub fn allow_list_off() -> bool {
+    let value = std::env::var(NO_ALLOW_LIST).ok();
+    parse_no_allow_list(value.as_deref()).unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// The allow-list's reason for `binary::test`, if it has an entry.
 pub fn allowed(binary: &str, test: &str) -> Option<&'static str> {
     ALLOWED_SKIPS.iter().find(|(b, t, _)| *b == binary && *t == test).map(|(_, _, why)| *why)
 }
 
-/// What a skip of `binary::test` turns into with the switch `on`.
+/// What a skip of `binary::test` turns into with the switch `on` (and the allow-list in force).
 pub fn verdict(on: bool, binary: &str, test: &str) -> Verdict {
+    verdict_with(on, true, binary, test)
+}
+
+/// What a skip of `binary::test` turns into with the switch `on` and the allow-list in force or
+/// not (`allow_list`; [`NO_ALLOW_LIST`] turns it off). Without the switch a skip never fails.
+pub fn verdict_with(on: bool, allow_list: bool, binary: &str, test: &str) -> Verdict {
     match allowed(binary, test) {
+        Some(_) if on && !allow_list => Verdict::Fail,
         Some(why) => Verdict::Allowed(why),
         None if on => Verdict::Fail,
         None => Verdict::Skip,
@@ -125,7 +157,9 @@ pub fn require_ok<T, E: Display>(r: Result<T, E>) -> Option<T> {
 #[track_caller]
 fn skip(what: &str) {
     let (binary, test) = current_test();
-    let verdict = verdict(required_all(), &binary, &test);
+    let on = required_all();
+    let allow_list = !(on && allow_list_off());
+    let verdict = verdict_with(on, allow_list, &binary, &test);
     let entry = Entry { binary: binary.clone(), test: test.clone(), what: what.to_string(), allowed: None };
     let entry = match verdict {
         Verdict::Allowed(why) => Entry { allowed: Some(why.to_string()), ..entry },
@@ -134,6 +168,11 @@ fn skip(what: &str) {
     let line = entry.to_line();
     record(&line);
     match verdict {
+        Verdict::Fail if !allow_list => panic!(
+            "{binary}::{test} needs {what}, and {SWITCH}=1 with {NO_ALLOW_LIST}=1 turns every skip into a failure: \
+             this machine is meant to have what the test needs{}",
+            allowed(&binary, &test).map(|why| format!(" (elsewhere it may skip: {why})")).unwrap_or_default()
+        ),
         Verdict::Fail => panic!(
             "{binary}::{test} needs {what}, and {SWITCH}=1 turns a skip into a failure (set it to 0 to let the \
              test skip, or add the test to weft_testkit::skip::ALLOWED_SKIPS with why CI cannot run it)"

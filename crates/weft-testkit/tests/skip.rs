@@ -9,19 +9,27 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use weft_testkit::skip::{
-    ALLOWED_SKIPS, Entry, LEDGER_ENV, Ran, SWITCH, Verdict, parse_switch, read_ledger, tally, target_name, verdict,
+    ALLOWED_SKIPS, Entry, LEDGER_ENV, NO_ALLOW_LIST, Ran, SWITCH, Verdict, parse_no_allow_list, parse_switch,
+    read_ledger, tally, target_name, verdict, verdict_with,
 };
 use weft_testkit::{require, require_ok};
 
 /// Runs the ignored child test `name` of this binary with the switch set to `switch` (unset on
-/// `None`) and the ledger in `ledger`.
+/// `None`), the allow-list in force, and the ledger in `ledger`.
 fn child(name: &str, switch: Option<&str>, ledger: &Path) -> Output {
+    child_with(name, switch, None, ledger)
+}
+
+/// [`child`] with [`NO_ALLOW_LIST`] set to `no_allow_list` (unset on `None`).
+fn child_with(name: &str, switch: Option<&str>, no_allow_list: Option<&str>, ledger: &Path) -> Output {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args(["--ignored", "--exact", name, "--nocapture", "--test-threads=1"]).env(LEDGER_ENV, ledger);
-    match switch {
-        Some(v) => cmd.env(SWITCH, v),
-        None => cmd.env_remove(SWITCH),
-    };
+    for (var, value) in [(SWITCH, switch), (NO_ALLOW_LIST, no_allow_list)] {
+        match value {
+            Some(v) => cmd.env(var, v),
+            None => cmd.env_remove(var),
+        };
+    }
     cmd.output().unwrap()
 }
 
@@ -139,13 +147,72 @@ fn only_the_allow_list_skips_under_the_switch() {
 }
 
 #[test]
+fn without_the_allow_list_an_allowed_test_fails_under_the_switch_only() {
+    let (binary, test, why) = ALLOWED_SKIPS[0];
+    assert_eq!(verdict_with(true, false, binary, test), Verdict::Fail);
+    assert_eq!(verdict_with(false, false, binary, test), Verdict::Allowed(why));
+    assert_eq!(verdict_with(true, true, binary, test), Verdict::Allowed(why));
+    assert_eq!(verdict_with(true, false, binary, "some_other_test"), Verdict::Fail);
+    assert_eq!(verdict_with(false, false, binary, "some_other_test"), Verdict::Skip);
+}
+
+#[test]
+fn the_allow_list_switch_fails_the_skip_naming_itself_and_an_unknown_value_is_an_error() {
+    assert_eq!(parse_no_allow_list(None), Ok(false));
+    assert_eq!(parse_no_allow_list(Some("0")), Ok(false));
+    assert_eq!(parse_no_allow_list(Some("1")), Ok(true));
+    assert!(parse_no_allow_list(Some("on")).unwrap_err().contains("WEFT_TEST_NO_ALLOW_LIST=\"on\""));
+
+    let ledger = tempfile::tempdir().unwrap();
+    let out = child_with("child_lacks_a_thing", Some("1"), Some("1"), ledger.path());
+    assert!(!out.status.success(), "{}", stdout(&out));
+    let err = stderr(&out);
+    assert!(err.contains("skip::child_lacks_a_thing needs a thing this test lacks"), "{err}");
+    assert!(err.contains("WEFT_TEST_NO_ALLOW_LIST=1"), "{err}");
+    assert_eq!(read_ledger(ledger.path()).unwrap().len(), 1, "the failed skip is in the ledger too");
+
+    // Without the switch it changes nothing: the test skips and passes.
+    let ledger = tempfile::tempdir().unwrap();
+    let out = child_with("child_lacks_a_thing", None, Some("1"), ledger.path());
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let ledger = tempfile::tempdir().unwrap();
+    let out = child_with("child_lacks_a_thing", Some("1"), Some("on"), ledger.path());
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("WEFT_TEST_NO_ALLOW_LIST=\"on\""), "{}", stderr(&out));
+}
+
+#[test]
 fn every_allow_entry_gives_a_reason_and_gpu_rdma_and_cgroup_v2_are_the_only_ones() {
     for (binary, test, why) in ALLOWED_SKIPS {
         assert!(!why.trim().is_empty(), "{binary}::{test} has no reason");
-        assert!(["gpu", "rdma", "cgroup_v1"].contains(binary), "{binary}::{test}: {why}");
+        assert!(["gpu", "rdma", "cgroup_v1", "cgroup_v2"].contains(binary), "{binary}::{test}: {why}");
     }
     let rdma_and_v2: Vec<_> = ALLOWED_SKIPS.iter().filter(|(b, _, _)| *b != "gpu").collect();
-    assert!(rdma_and_v2.iter().all(|(_, _, why)| why.contains("planned: qemu kernel")), "{rdma_and_v2:?}");
+    assert!(rdma_and_v2.iter().all(|(_, _, why)| why.contains("scripts/vm-check.sh")), "{rdma_and_v2:?}");
+}
+
+/// The RDMA and cgroup v2 entries are what the VM runs (scripts/vm/tests.txt), and the VM runs
+/// nothing else: a test added to one list and not the other fails here.
+#[test]
+fn the_vm_runs_exactly_the_allowed_rdma_and_cgroup_v2_tests() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/vm/tests.txt");
+    let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let mut in_vm: Vec<(String, String)> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let (b, t) =
+                l.split_once(' ').unwrap_or_else(|| panic!("{}: {l:?} is not `<binary> <test>`", file.display()));
+            (b.to_string(), t.trim().to_string())
+        })
+        .collect();
+    in_vm.sort();
+    let mut allowed: Vec<(String, String)> =
+        ALLOWED_SKIPS.iter().filter(|(b, _, _)| *b != "gpu").map(|(b, t, _)| (b.to_string(), t.to_string())).collect();
+    allowed.sort();
+    assert_eq!(in_vm, allowed, "{} and ALLOWED_SKIPS' RDMA and cgroup v2 entries", file.display());
 }
 
 #[test]
