@@ -123,8 +123,7 @@ impl Flavor {
                 levels.push(ids.into_iter().map(|(_, id)| Entity { id, children: Vec::new() }).collect());
             }
             for li in 0..levels.len() - 1 {
-                for k in 0..nodes.len() {
-                    let (p, ch) = (node_entity[li][k], node_entity[li + 1][k]);
+                for (&p, &ch) in node_entity[li].iter().zip(&node_entity[li + 1]) {
                     if !levels[li][p].children.contains(&ch) {
                         levels[li][p].children.push(ch);
                     }

@@ -188,9 +188,19 @@ pub struct JobsReport {
     pub policies: Vec<JobPolicyReport>,
 }
 
-#[derive(PartialEq, PartialOrd)]
+/// A departure: (time, job).
 struct Due(f64, usize);
+impl PartialEq for Due {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o).is_eq()
+    }
+}
 impl Eq for Due {}
+impl PartialOrd for Due {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
 impl Ord for Due {
     fn cmp(&self, o: &Self) -> std::cmp::Ordering {
         self.0.total_cmp(&o.0).then(self.1.cmp(&o.1))

@@ -185,14 +185,14 @@ impl NetworkSpec {
             if g.nodes_per_leaf == 0 {
                 return Err(bad(format!("{at}.nodesPerLeaf: must be at least 1")));
             }
-            if let Some(d) = g.nodes_per_nvlink_domain {
-                if d == 0 || g.nodes_per_leaf % d != 0 {
-                    return Err(bad(format!(
-                        "{at}.nodesPerNvlinkDomain: {d} must be ≥ 1 and divide nodesPerLeaf ({}): an NVLink \
-                         domain sits under one leaf",
-                        g.nodes_per_leaf
-                    )));
-                }
+            if let Some(d) = g.nodes_per_nvlink_domain
+                && (d == 0 || !g.nodes_per_leaf.is_multiple_of(d))
+            {
+                return Err(bad(format!(
+                    "{at}.nodesPerNvlinkDomain: {d} must be ≥ 1 and divide nodesPerLeaf ({}): an NVLink domain \
+                     sits under one leaf",
+                    g.nodes_per_leaf
+                )));
             }
             if let Some(v) = g.nvlink_domain_gbps
                 && !(v.is_finite() && v > 0.0)

@@ -57,6 +57,9 @@ impl JobPolicy for WeftGang {
     }
 }
 
+/// Where a node stands for a member: the score (descending), its free GPUs, the node; least wins.
+type RankKey = (Reverse<u8>, u32, usize);
+
 /// Today's per-pod weft policy, member after member: every node that fits is scored with
 /// [`weft_alloc::score_node`] (through [`ScoreCache`]); the best score wins, ties to the node with
 /// fewer free GPUs, then the lower node; the member gets the scored set. A member that fits
@@ -100,7 +103,7 @@ impl JobPolicy for WeftPods {
         let mut out = Vec::with_capacity(job.members);
         for _ in 0..job.members {
             // (Reverse(score), free GPUs, node) → the least wins; and the set.
-            let mut best: Option<((Reverse<u8>, u32, usize), u128)> = None;
+            let mut best: Option<(RankKey, u128)> = None;
             let mut consider = |cache: &mut ScoreCache, t: usize, mask: u128, node: usize| {
                 if (mask.count_ones() as usize) < job.gpus {
                     return;
