@@ -205,12 +205,494 @@ fn picture_title(node: &NodeTopology) -> String {
     t
 }
 
-/// Fill colours of NUMA groups (colour-blind-safe palette, Okabe–Ito).
+/// Fill colours of NUMA groups (colour-blind-safe palette, Okabe–Ito). Used as GPU fills only,
+/// under black text; text in a NUMA group's colour uses [`NUMA_TEXT_COLOURS`].
 const NUMA_COLOURS: [&str; 8] =
     ["#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#999999"];
 
+/// Darker shades of [`NUMA_COLOURS`] for text on white: each has a contrast ratio of at least 4.5
+/// against white (WCAG AA for normal text), which the yellow and sky blue fills do not.
+const NUMA_TEXT_COLOURS: [&str; 8] =
+    ["#8A5A00", "#1F6E9C", "#00694D", "#6B6400", "#0072B2", "#A34400", "#9C4A7F", "#595959"];
+
 fn numa_colour(group: usize) -> &'static str {
     NUMA_COLOURS[group % NUMA_COLOURS.len()]
+}
+
+fn numa_text_colour(group: usize) -> &'static str {
+    NUMA_TEXT_COLOURS[group % NUMA_TEXT_COLOURS.len()]
+}
+
+/// Colours of highlighted sets (rings around their GPUs, outlines of their NICs), in order.
+const HIGHLIGHT_COLOURS: [&str; 8] =
+    ["#C2185B", "#2E7D32", "#6A1B9A", "#EF6C00", "#00838F", "#4E342E", "#283593", "#9E9D24"];
+
+/// The colour of the `i`-th highlighted set.
+pub fn highlight_colour(i: usize) -> &'static str {
+    HIGHLIGHT_COLOURS[i % HIGHLIGHT_COLOURS.len()]
+}
+
+/// The kinds of link a drawing shows. GPU pairs without NVLink are joined only below a host bridge
+/// (`PIX`, `PXB`, `PHB`); pairs across host bridges (`NODE`) or sockets (`SYS`) are not drawn (the
+/// NUMA colours tell them apart). A NIC is joined to the GPUs on its PCIe switch (`PIX`, `PXB`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LinkKind {
+    /// NVLink between two GPUs (width grows with the link count).
+    Nvlink,
+    /// GPU pair under one PCIe bridge.
+    Pix,
+    /// GPU pair under several PCIe bridges, no host bridge.
+    Pxb,
+    /// GPU pair through a PCIe host bridge.
+    Phb,
+    /// NIC and GPU under one PCIe bridge.
+    NicPix,
+    /// NIC and GPU under several PCIe bridges.
+    NicPxb,
+}
+
+/// How a link is drawn: its stroke colour and dash pattern (`None`: solid). Every [`LinkKind`] has
+/// its own pair, so kinds differ in colour and in dash alike (readable in grey print and by
+/// colour-blind readers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LinkStyle {
+    /// Stroke colour.
+    pub colour: &'static str,
+    /// `stroke-dasharray`, or `None` for a solid line.
+    pub dash: Option<&'static str>,
+}
+
+impl LinkKind {
+    /// Every kind, in legend order.
+    pub const ALL: [LinkKind; 6] =
+        [LinkKind::Nvlink, LinkKind::Pix, LinkKind::Pxb, LinkKind::Phb, LinkKind::NicPix, LinkKind::NicPxb];
+
+    /// Its colour and dash.
+    pub fn style(self) -> LinkStyle {
+        let (colour, dash) = match self {
+            LinkKind::Nvlink => ("#0072B2", None),
+            LinkKind::Pix => ("#D55E00", Some("8 4")),
+            LinkKind::Pxb => ("#009E73", Some("3 3")),
+            LinkKind::Phb => ("#CC79A7", Some("10 3 2 3")),
+            LinkKind::NicPix => ("#555555", Some("2 3")),
+            LinkKind::NicPxb => ("#8C6D1F", Some("1 5")),
+        };
+        LinkStyle { colour, dash }
+    }
+
+    /// The `class` of its lines in the SVG.
+    pub fn class(self) -> &'static str {
+        match self {
+            LinkKind::Nvlink => "nvlink",
+            LinkKind::Pix => "pcie pix",
+            LinkKind::Pxb => "pcie pxb",
+            LinkKind::Phb => "pcie phb",
+            LinkKind::NicPix => "nic-link pix",
+            LinkKind::NicPxb => "nic-link pxb",
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            LinkKind::Nvlink => "NVLink",
+            LinkKind::Pix => "PCIe PIX: one PCIe bridge, no NVLink",
+            LinkKind::Pxb => "PCIe PXB: several PCIe bridges, no NVLink",
+            LinkKind::Phb => "PCIe PHB: through the host bridge, no NVLink",
+            LinkKind::NicPix => "NIC on the GPU's PCIe bridge (PIX)",
+            LinkKind::NicPxb => "NIC on the GPU's PCIe switch tree (PXB)",
+        }
+    }
+
+    /// The kind of a GPU pair without NVLink, if the drawing joins it.
+    fn of_gpu_pair(rel: Option<PcieRelation>) -> Option<LinkKind> {
+        match rel? {
+            PcieRelation::Pix => Some(LinkKind::Pix),
+            PcieRelation::Pxb => Some(LinkKind::Pxb),
+            PcieRelation::Phb => Some(LinkKind::Phb),
+            _ => None,
+        }
+    }
+
+    /// The kind of a NIC–GPU relation, if the drawing joins them.
+    fn of_nic(rel: Option<PcieRelation>) -> Option<LinkKind> {
+        match rel? {
+            PcieRelation::Pix => Some(LinkKind::NicPix),
+            PcieRelation::Pxb => Some(LinkKind::NicPxb),
+            _ => None,
+        }
+    }
+}
+
+/// GPU sets to mark on a drawing (`weft topo show --highlight`, `weft gpu allocate -o svg`, the
+/// pods on the nodes of `weft simulate --report`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Highlight {
+    /// The sets, each drawn in its [`highlight_colour`].
+    pub sets: Vec<Marked>,
+}
+
+/// One marked set: its GPUs (a ring around each) and NICs (a thick outline), named in the legend.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Marked {
+    /// What the legend calls it (a pod's name, `chosen`).
+    pub label: String,
+    /// GPU indexes; those the node does not have are left out.
+    pub gpus: Vec<usize>,
+    /// NIC positions in the node's NICs; those it does not have are left out.
+    pub nics: Vec<usize>,
+}
+
+/// The NICs that share a PCIe switch (`PIX`/`PXB`) with one of `gpus`: the NICs a set of GPUs
+/// would use for GPUDirect RDMA without crossing the host bridge.
+pub fn nics_beside(node: &NodeTopology, gpus: &[usize]) -> Vec<usize> {
+    (0..node.nics.len())
+        .filter(|&k| gpus.iter().any(|&g| g < node.gpu_count() && is_switch_local(node.nic_link(g, k))))
+        .collect()
+}
+
+/// An axis-aligned box, in SVG user units (y grows downwards).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rect {
+    /// Left.
+    pub x: f64,
+    /// Top.
+    pub y: f64,
+    /// Width.
+    pub w: f64,
+    /// Height.
+    pub h: f64,
+}
+
+impl Rect {
+    fn centred(cx: f64, cy: f64, w: f64, h: f64) -> Rect {
+        Rect { x: cx - w / 2.0, y: cy - h / 2.0, w, h }
+    }
+
+    /// Whether the two boxes share some area (touching edges do not count).
+    pub fn intersects(&self, o: &Rect) -> bool {
+        self.x < o.x + o.w && o.x < self.x + self.w && self.y < o.y + o.h && o.y < self.y + self.h
+    }
+
+    /// Whether the segment from `a` to `b` passes through the box (Liang–Barsky clipping).
+    pub fn meets_segment(&self, a: (f64, f64), b: (f64, f64)) -> bool {
+        let (dx, dy) = (b.0 - a.0, b.1 - a.1);
+        let (mut t0, mut t1) = (0.0f64, 1.0f64);
+        for (p, q) in
+            [(-dx, a.0 - self.x), (dx, self.x + self.w - a.0), (-dy, a.1 - self.y), (dy, self.y + self.h - a.1)]
+        {
+            if p == 0.0 {
+                if q < 0.0 {
+                    return false;
+                }
+            } else {
+                let t = q / p;
+                if p < 0.0 {
+                    t0 = t0.max(t);
+                } else {
+                    t1 = t1.min(t);
+                }
+                if t0 > t1 {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    fn overlap(&self, o: &Rect) -> f64 {
+        let w = (self.x + self.w).min(o.x + o.w) - self.x.max(o.x);
+        let h = (self.y + self.h).min(o.y + o.h) - self.y.max(o.y);
+        if w > 0.0 && h > 0.0 { w * h } else { 0.0 }
+    }
+}
+
+/// Where a drawing puts a piece of text (or a labelled box: a GPU, a NIC).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TextBox {
+    /// The text.
+    pub text: String,
+    /// Its box: estimated from the font size and the number of characters (Helvetica's digits and
+    /// capitals are at most 0.62 em wide), with a margin of 2 units; a GPU's is its circle's box, a
+    /// NIC's its rectangle.
+    pub rect: Rect,
+}
+
+/// The width of `text` at `size` as [`TextBox`] estimates it.
+fn text_width(text: &str, size: f64) -> f64 {
+    text.chars().count() as f64 * 0.62 * size + 4.0
+}
+
+fn text_box(cx: f64, cy: f64, size: f64, text: &str) -> Rect {
+    Rect::centred(cx, cy, text_width(text, size), size * 1.25)
+}
+
+/// The first candidate box that meets none of `taken`, or (none free) the one that overlaps them
+/// least.
+fn first_free(candidates: impl Iterator<Item = Rect>, taken: &[Rect]) -> Option<Rect> {
+    let mut best: Option<(f64, Rect)> = None;
+    for c in candidates {
+        let overlap: f64 = taken.iter().map(|t| c.overlap(t)).sum();
+        if overlap == 0.0 {
+            return Some(c);
+        }
+        if best.is_none_or(|(o, _)| overlap < o) {
+            best = Some((overlap, c));
+        }
+    }
+    best.map(|(_, r)| r)
+}
+
+/// An NVLink edge of a [`Layout`]: the GPU pair and its two ends.
+pub type Edge = ((usize, usize), (f64, f64), (f64, f64));
+
+/// Where everything of [`to_svg`]'s picture goes: computed once, drawn by [`to_svg_with`], and read
+/// by tests (no two [`Layout::texts`] intersect on the shipped topologies).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Layout {
+    /// Picture width.
+    pub width: f64,
+    /// Picture height.
+    pub height: f64,
+    /// Centre of each GPU's circle.
+    pub gpus: Vec<(f64, f64)>,
+    /// Centre of each NIC's box.
+    pub nics: Vec<(f64, f64)>,
+    /// NVLink labels: the GPU pair and the label's box.
+    pub edge_labels: Vec<((usize, usize), Rect)>,
+    /// NVLink edges: the GPU pair and the segment between the GPUs' centres.
+    pub edges: Vec<Edge>,
+    /// NUMA labels: group position, text and centre.
+    pub numa_labels: Vec<(usize, String, (f64, f64))>,
+    /// Where the legend starts (its top-left).
+    pub legend: (f64, f64),
+    /// Every text on the picture with its box: title, GPUs, NICs, NUMA and NVLink labels, legend.
+    pub texts: Vec<TextBox>,
+    /// The link kinds the picture draws.
+    pub kinds: Vec<LinkKind>,
+}
+
+/// Radius of a GPU's circle.
+const GPU_RADIUS: f64 = 26.0;
+/// Size of a NIC's box.
+const NIC_BOX: (f64, f64) = (76.0, 24.0);
+
+/// Lay the picture out; see [`to_svg_with`] for what goes where.
+pub fn layout(node: &NodeTopology, highlight: &Highlight) -> Layout {
+    let n = node.gpu_count();
+    let radius = (48.0 * n as f64 / PI).max(170.0);
+    let margin = 180.0;
+    let (cx, cy) = (radius + margin, radius + margin + 40.0);
+    let nic_radius = radius + 125.0;
+    let width = 2.0 * cx;
+    let groups = numa_groups(node);
+    let mut angle = vec![0.0f64; n];
+    let mut slot = 0usize;
+    for members in groups.values() {
+        for &i in members {
+            angle[i] = -PI / 2.0 + 2.0 * PI * slot as f64 / n.max(1) as f64;
+            slot += 1;
+        }
+    }
+    let pos = |a: f64, r: f64| (cx + r * a.cos(), cy + r * a.sin());
+    let gpus: Vec<(f64, f64)> = (0..n).map(|i| pos(angle[i], radius)).collect();
+
+    let mut texts: Vec<TextBox> = Vec::new();
+    let title = picture_title(node);
+    texts.push(TextBox { rect: text_box(cx, 30.0, 20.0, &title), text: title });
+    for (i, &(x, y)) in gpus.iter().enumerate() {
+        let d = 2.0 * GPU_RADIUS;
+        texts.push(TextBox { text: format!("GPU{i}"), rect: Rect::centred(x, y, d, d) });
+    }
+    let taken = |texts: &[TextBox]| texts.iter().map(|t| t.rect).collect::<Vec<_>>();
+
+    // NUMA labels just outside the ring (none when no GPU has a known node), moved outwards until
+    // clear.
+    let mut numa_labels = Vec::new();
+    if groups.keys().any(|(unknown, _)| !unknown) {
+        for (gi, ((unknown, id), members)) in groups.iter().enumerate() {
+            let mean = members.iter().map(|&i| angle[i]).sum::<f64>() / members.len() as f64;
+            let text = if *unknown { "NUMA ?".to_string() } else { format!("NUMA {id}") };
+            let occupied = taken(&texts);
+            let rect = first_free(
+                (0..12).map(|s| {
+                    let (x, y) = pos(mean, radius + 50.0 + 8.0 * s as f64);
+                    text_box(x, y, 14.0, &text)
+                }),
+                &occupied,
+            );
+            if let Some(rect) = rect {
+                let c = (rect.x + rect.w / 2.0, rect.y + rect.h / 2.0);
+                numa_labels.push((gi, text.clone(), c));
+                texts.push(TextBox { text, rect });
+            }
+        }
+    }
+
+    // NICs beside GPUs go on the outer ring at the mean angle of those GPUs, fanned out from there
+    // until clear of what is placed; the rest go in a row below.
+    let mut nics = vec![(0.0, 0.0); node.nics.len()];
+    let mut unplaced: Vec<usize> = Vec::new();
+    for (k, nic) in node.nics.iter().enumerate() {
+        let close: Vec<usize> = (0..n).filter(|&g| is_switch_local(node.nic_link(g, k))).collect();
+        if close.is_empty() {
+            unplaced.push(k);
+            continue;
+        }
+        let a = close.iter().map(|&g| angle[g]).sum::<f64>() / close.len() as f64;
+        let occupied = taken(&texts);
+        let candidates = (0..40usize).map(|step| {
+            let sign = if step % 2 == 1 { 1.0 } else { -1.0 };
+            let (x, y) = pos(a + 0.06 * step.div_ceil(2) as f64 * sign, nic_radius);
+            Rect::centred(x, y, NIC_BOX.0 + 8.0, NIC_BOX.1 + 6.0)
+        });
+        if let Some(r) = first_free(candidates, &occupied) {
+            nics[k] = (r.x + r.w / 2.0, r.y + r.h / 2.0);
+            texts.push(TextBox {
+                text: nic.name.clone(),
+                rect: Rect::centred(nics[k].0, nics[k].1, NIC_BOX.0, NIC_BOX.1),
+            });
+        }
+    }
+    let per_row = ((width - 40.0) / 90.0).floor().max(1.0) as usize;
+    let row_top = cy + nic_radius + 50.0;
+    let rows = unplaced.len().div_ceil(per_row);
+    if !unplaced.is_empty() {
+        let text = "NICs on no GPU's PCIe switch:";
+        texts.push(TextBox {
+            text: text.into(),
+            rect: Rect { x: 20.0, y: row_top - 22.0 - 8.0, w: text_width(text, 12.0), h: 15.0 },
+        });
+    }
+    for (j, &k) in unplaced.iter().enumerate() {
+        nics[k] = (20.0 + 38.0 + 90.0 * (j % per_row) as f64, row_top + 40.0 * (j / per_row) as f64);
+        texts.push(TextBox {
+            text: node.nics[k].name.clone(),
+            rect: Rect::centred(nics[k].0, nics[k].1, NIC_BOX.0, NIC_BOX.1),
+        });
+    }
+
+    // NVLink labels: on an NVSwitch fabric (every pair the same count) only the edges between
+    // ring neighbours carry one; each goes at the first point along its edge (middle first) where
+    // it meets no GPU, NIC or label already placed.
+    let fabric = uniform_nvlinks(node);
+    let slot_of = |i: usize| ((angle[i] + PI / 2.0) / (2.0 * PI) * n as f64).round() as usize % n.max(1);
+    let neighbours = |a: usize, b: usize| {
+        let d = slot_of(a).abs_diff(slot_of(b));
+        d == 1 || d + 1 == n
+    };
+    let mut edge_labels = Vec::new();
+    let mut kinds = std::collections::BTreeSet::new();
+    let edges: Vec<Edge> = (0..n)
+        .flat_map(|a| (a + 1..n).map(move |b| (a, b)))
+        .filter(|&(a, b)| node.link(a, b).nvlinks > 0)
+        .map(|(a, b)| ((a, b), gpus[a], gpus[b]))
+        .collect();
+    const ALONG: [f64; 17] =
+        [0.5, 0.42, 0.58, 0.35, 0.65, 0.28, 0.72, 0.46, 0.54, 0.38, 0.62, 0.31, 0.69, 0.24, 0.76, 0.2, 0.8];
+    const CHORD: [f64; 15] = [0.3, 0.7, 0.26, 0.74, 0.34, 0.66, 0.22, 0.78, 0.38, 0.62, 0.18, 0.82, 0.42, 0.58, 0.5];
+    for a in 0..n {
+        for b in (a + 1)..n {
+            let l = node.link(a, b);
+            if l.nvlinks == 0 {
+                if let Some(kind) = LinkKind::of_gpu_pair(l.pcie) {
+                    kinds.insert(kind);
+                }
+                continue;
+            }
+            kinds.insert(LinkKind::Nvlink);
+            if fabric.is_some() && !neighbours(a, b) {
+                continue;
+            }
+            let text = format!("NV{}", l.nvlinks);
+            let ((x1, y1), (x2, y2)) = (gpus[a], gpus[b]);
+            let occupied = taken(&texts);
+            // A chord through the middle keeps its label off the centre, where chords cross; a
+            // label no other edge passes through is preferred, so it names its own edge only.
+            let along: &[f64] = if neighbours(a, b) { &ALONG } else { &CHORD };
+            let candidates = along.iter().map(|t| text_box(x1 + t * (x2 - x1), y1 + t * (y2 - y1), 11.0, &text));
+            let clear = |r: &Rect| edges.iter().all(|(pair, p, q)| *pair == (a, b) || !r.meets_segment(*p, *q));
+            let rect = first_free(candidates.clone().filter(clear), &occupied)
+                .filter(|r| occupied.iter().all(|o| !r.intersects(o)))
+                .or_else(|| first_free(candidates, &occupied));
+            if let Some(rect) = rect {
+                edge_labels.push(((a, b), rect));
+                texts.push(TextBox { text, rect });
+            }
+        }
+    }
+    for k in 0..node.nics.len() {
+        for g in 0..n {
+            if let Some(kind) = LinkKind::of_nic(node.nic_link(g, k)) {
+                kinds.insert(kind);
+            }
+        }
+    }
+    let kinds: Vec<LinkKind> = kinds.into_iter().collect();
+
+    // The legend: link kinds (and NVLink counts), then the highlighted sets, in a first column;
+    // NUMA colours in a second column right of the widest entry.
+    let legend_top = row_top + 40.0 * rows as f64 + if rows > 0 { 20.0 } else { 0.0 };
+    let x0 = 20.0;
+    let mut entries = legend_entries(node, fabric, &kinds);
+    entries.extend(highlight.sets.iter().map(|s| s.label.clone()));
+    texts.push(TextBox {
+        text: "Legend".into(),
+        rect: Rect { x: x0, y: legend_top - 8.0, w: text_width("Legend", 12.0), h: 15.0 },
+    });
+    let mut y = legend_top + 22.0;
+    let mut widest: f64 = 0.0;
+    for e in &entries {
+        let w = text_width(e, 12.0);
+        widest = widest.max(w);
+        texts.push(TextBox { text: e.clone(), rect: Rect { x: x0 + 50.0, y: y - 7.5, w, h: 15.0 } });
+        y += 20.0;
+    }
+    let x1 = x0 + 50.0 + widest + 30.0;
+    let mut y2 = legend_top + 22.0;
+    for (unknown, id) in groups.keys() {
+        let name = if *unknown { "NUMA node unknown".to_string() } else { format!("NUMA node {id}") };
+        texts.push(TextBox {
+            rect: Rect { x: x1 + 22.0, y: y2 - 7.5, w: text_width(&name, 12.0), h: 15.0 },
+            text: name,
+        });
+        y2 += 20.0;
+    }
+    let width = width.max(x1 + 22.0 + text_width("NUMA node unknown", 12.0) + 20.0);
+    let height = y.max(y2) + 20.0;
+    Layout { width, height, gpus, nics, edge_labels, edges, numa_labels, legend: (x0, legend_top), texts, kinds }
+}
+
+/// NUMA groups in id order, GPUs without a node last.
+fn numa_groups(node: &NodeTopology) -> BTreeMap<(bool, u32), Vec<usize>> {
+    let mut groups: BTreeMap<(bool, u32), Vec<usize>> = BTreeMap::new();
+    for (i, g) in node.gpus.iter().enumerate() {
+        groups.entry((g.numa_node.is_none(), g.numa_node.unwrap_or(0))).or_default().push(i);
+    }
+    groups
+}
+
+/// The legend's link lines, in order: one per NVLink count that occurs (at most four: the smallest
+/// three and the largest), then each other kind drawn.
+fn legend_entries(node: &NodeTopology, fabric: Option<u8>, kinds: &[LinkKind]) -> Vec<String> {
+    let mut out = Vec::new();
+    for count in nvlink_counts(node) {
+        out.push(match fabric {
+            Some(c) if c == count => format!("NV{count} on every GPU pair (NVSwitch)"),
+            _ => format!("NV{count}: {count} NVLink{} (width ∝ links)", if count == 1 { "" } else { "s" }),
+        });
+    }
+    out.extend(kinds.iter().filter(|k| **k != LinkKind::Nvlink).map(|k| k.describe().to_string()));
+    out
+}
+
+fn nvlink_counts(node: &NodeTopology) -> Vec<u8> {
+    let mut counts: Vec<u8> = node.links().iter().map(|l| l.nvlinks).filter(|c| *c > 0).collect();
+    counts.sort_unstable();
+    counts.dedup();
+    if counts.len() > 4 {
+        counts = counts[..3].iter().copied().chain([node.max_nvlinks()]).collect();
+    }
+    counts
 }
 
 /// Stroke width of an NVLink edge: proportional to the link count, scaled so the node's widest edge is
@@ -246,14 +728,24 @@ fn line(x1: f64, y1: f64, x2: f64, y2: f64) -> Line {
         .set("y2", format!("{y2:.1}"))
 }
 
+/// A line in a kind's colour and dash.
+fn styled(l: Line, kind: LinkKind) -> Line {
+    let style = kind.style();
+    let l = l.set("stroke", style.colour).set("class", kind.class());
+    match style.dash {
+        Some(d) => l.set("stroke-dasharray", d),
+        None => l,
+    }
+}
+
 fn nic_box(x: f64, y: f64, name: &str) -> Group {
     Group::new()
         .add(
             Rectangle::new()
-                .set("x", format!("{:.1}", x - 38.0))
-                .set("y", format!("{:.1}", y - 12.0))
-                .set("width", 76)
-                .set("height", 24)
+                .set("x", format!("{:.1}", x - NIC_BOX.0 / 2.0))
+                .set("y", format!("{:.1}", y - NIC_BOX.1 / 2.0))
+                .set("width", NIC_BOX.0)
+                .set("height", NIC_BOX.1)
                 .set("rx", 3)
                 .set("fill", "#f4f4f4")
                 .set("stroke", "#333333")
@@ -262,169 +754,102 @@ fn nic_box(x: f64, y: f64, name: &str) -> Group {
         .add(label(x, y, 11, name.to_string()))
 }
 
-/// An SVG picture of the node: GPUs on a circle, in NUMA order and coloured by NUMA node; NVLink edges
-/// with a width proportional to the link count and an `NV#` label (on an NVSwitch fabric, where every
-/// pair has the same count, only the edges between ring neighbours carry the label and the legend says
-/// so); dashed edges for `PIX`/`PXB` GPU pairs without NVLink; NICs as boxes on an outer ring next to
-/// the GPUs they share a PCIe switch with, the others in a row below; a legend; the node name as title.
-/// A complete SVG document (`<svg xmlns=…>`); names are escaped by the `svg` crate (text content only:
-/// no user string goes into an attribute).
+/// An SVG picture of the node ([`to_svg_with`] with nothing highlighted).
 pub fn to_svg(node: &NodeTopology) -> String {
-    let n = node.gpu_count();
-    let radius = (40.0 * n as f64 / PI).max(140.0);
-    let margin = 170.0;
-    let (cx, cy) = (radius + margin, radius + margin + 40.0);
-    let nic_radius = radius + 120.0;
-    let width = 2.0 * cx;
+    to_svg_with(node, &Highlight::default())
+}
 
-    // NUMA groups in id order; GPUs without a node last.
-    let mut groups: BTreeMap<(bool, u32), Vec<usize>> = BTreeMap::new();
-    for (i, g) in node.gpus.iter().enumerate() {
-        groups.entry((g.numa_node.is_none(), g.numa_node.unwrap_or(0))).or_default().push(i);
-    }
-    let mut angle = vec![0.0f64; n];
+/// An SVG picture of the node: GPUs on a circle, in NUMA order and filled by NUMA node (NUMA labels
+/// in a darker shade of the fill, readable on white); NVLink edges solid, with a width
+/// proportional to the link count and an `NV#` label placed along the edge where it meets no other
+/// label, GPU or NIC (on an NVSwitch fabric, where every pair has the same count, only the edges
+/// between ring neighbours carry the label and the legend says so); GPU pairs without NVLink
+/// below a host bridge (`PIX`, `PXB`, `PHB`) and NIC–GPU links each in their own colour and dash
+/// ([`LinkKind::style`]); NICs as boxes on an outer ring next to the GPUs they share a PCIe switch
+/// with, the others in a row below; each highlighted set as coloured rings around its GPUs and
+/// thick outlines of its NICs; a legend of every kind drawn, the sets and the NUMA colours; the
+/// node name as title. A complete SVG document (`<svg xmlns=…>`); names are escaped by the `svg`
+/// crate (text content only: no user string goes into an attribute).
+pub fn to_svg_with(node: &NodeTopology, highlight: &Highlight) -> String {
+    let n = node.gpu_count();
+    let lay = layout(node, highlight);
+    let groups = numa_groups(node);
     let mut colour = vec![""; n];
-    let mut slot = 0usize;
     for (gi, members) in groups.values().enumerate() {
         for &i in members {
-            angle[i] = -PI / 2.0 + 2.0 * PI * slot as f64 / n.max(1) as f64;
             colour[i] = numa_colour(gi);
-            slot += 1;
         }
     }
-    let pos = |a: f64, r: f64| (cx + r * a.cos(), cy + r * a.sin());
-
-    // NICs next to the GPUs they share a PCIe switch with go on the outer ring at the mean angle of those
-    // GPUs (several wanting one place fan out: 0, +δ, −δ, +2δ, …); the rest go in a row below.
-    let mut placed: Vec<(usize, f64)> = Vec::new();
-    let mut unplaced: Vec<usize> = Vec::new();
-    let mut wanted: Vec<(f64, usize)> = Vec::new();
-    for k in 0..node.nics.len() {
-        let close: Vec<usize> = (0..n).filter(|&g| is_switch_local(node.nic_link(g, k))).collect();
-        if close.is_empty() {
-            unplaced.push(k);
-            continue;
-        }
-        let a = close.iter().map(|&g| angle[g]).sum::<f64>() / close.len() as f64;
-        let count = match wanted.iter_mut().find(|(x, _)| (*x - a).abs() < 1e-6) {
-            Some((_, c)) => {
-                *c += 1;
-                *c
-            }
-            None => {
-                wanted.push((a, 0));
-                0
-            }
-        };
-        let sign = if count % 2 == 1 { 1.0 } else { -1.0 };
-        placed.push((k, a + 0.3 * count.div_ceil(2) as f64 * sign));
-    }
-    let per_row = ((width - 40.0) / 90.0).floor().max(1.0) as usize;
-    let row_top = cy + nic_radius + 50.0;
-    let rows = unplaced.len().div_ceil(per_row);
-    let legend_top = row_top + 40.0 * rows as f64 + if rows > 0 { 20.0 } else { 0.0 };
-    let height = legend_top + 22.0 + 20.0 * groups.len().max(6) as f64 + 20.0;
 
     let title = picture_title(node);
+    let (width, height) = (lay.width, lay.height);
     let mut doc = Document::new()
         .set("width", format!("{width:.0}"))
         .set("height", format!("{height:.0}"))
         .set("viewBox", format!("0 0 {width:.0} {height:.0}"))
         .add(Title::new(title.clone()))
         .add(Rectangle::new().set("width", "100%").set("height", "100%").set("fill", "white"))
-        .add(label(cx, 30.0, 20, title).set("font-weight", "bold"));
+        .add(label(lay.texts[0].rect.x + lay.texts[0].rect.w / 2.0, 30.0, 20, title).set("font-weight", "bold"));
 
-    // NUMA group labels just outside the ring (none when no GPU has a known node).
-    if groups.keys().any(|(unknown, _)| !unknown) {
-        for (gi, ((unknown, id), members)) in groups.iter().enumerate() {
-            let mean = members.iter().map(|&i| angle[i]).sum::<f64>() / members.len() as f64;
-            let (x, y) = pos(mean, radius + 50.0);
-            let text = if *unknown { "NUMA ?".to_string() } else { format!("NUMA {id}") };
-            doc = doc.add(label(x, y, 14, text).set("fill", numa_colour(gi)).set("font-weight", "bold"));
-        }
+    for (gi, text, (x, y)) in &lay.numa_labels {
+        doc = doc.add(label(*x, *y, 14, text.clone()).set("fill", numa_text_colour(*gi)).set("font-weight", "bold"));
     }
 
     // Edges first, so GPUs sit on top.
-    let fabric = uniform_nvlinks(node);
-    let neighbours = |a: usize, b: usize| {
-        let slot_of = |i: usize| ((angle[i] + PI / 2.0) / (2.0 * PI) * n as f64).round() as usize % n.max(1);
-        let d = slot_of(a).abs_diff(slot_of(b));
-        d == 1 || d + 1 == n
-    };
     let mut edges = Group::new().set("id", "edges");
-    let mut edge_labels = Group::new().set("id", "edge-labels");
     for a in 0..n {
         for b in (a + 1)..n {
             let l = node.link(a, b);
-            let (x1, y1) = pos(angle[a], radius);
-            let (x2, y2) = pos(angle[b], radius);
+            let ((x1, y1), (x2, y2)) = (lay.gpus[a], lay.gpus[b]);
             if l.nvlinks > 0 {
                 edges = edges.add(
-                    line(x1, y1, x2, y2)
-                        .set("stroke", "#2b6cb0")
+                    styled(line(x1, y1, x2, y2), LinkKind::Nvlink)
                         .set("stroke-opacity", 0.7)
-                        .set("stroke-width", format!("{:.2}", nvlink_width(node, l.nvlinks)))
-                        .set("class", "nvlink"),
+                        .set("stroke-width", format!("{:.2}", nvlink_width(node, l.nvlinks))),
                 );
-                if fabric.is_none() || neighbours(a, b) {
-                    // Chords through the middle would stack their labels at the centre: put those a third
-                    // of the way from the lower-numbered GPU.
-                    let t = if neighbours(a, b) { 0.5 } else { 0.32 };
-                    let (mx, my) = (x1 + t * (x2 - x1), y1 + t * (y2 - y1));
-                    edge_labels = edge_labels.add(
-                        label(mx, my, 11, format!("NV{}", l.nvlinks))
-                            .set("stroke", "white")
-                            .set("stroke-width", 3)
-                            .set("paint-order", "stroke"),
-                    );
-                }
-            } else if is_switch_local(l.pcie) {
-                edges = edges.add(
-                    line(x1, y1, x2, y2)
-                        .set("stroke", "#666666")
-                        .set("stroke-width", 1.5)
-                        .set("stroke-dasharray", "6 4")
-                        .set("class", "pcie"),
-                );
+            } else if let Some(kind) = LinkKind::of_gpu_pair(l.pcie) {
+                edges = edges.add(styled(line(x1, y1, x2, y2), kind).set("stroke-width", 1.5));
             }
         }
     }
-
-    let mut nics = Group::new().set("id", "nics");
-    for &(k, a) in &placed {
-        let (x, y) = pos(a, nic_radius);
-        for g in (0..n).filter(|&g| is_switch_local(node.nic_link(g, k))) {
-            let (gx, gy) = pos(angle[g], radius);
-            edges = edges.add(
-                line(x, y, gx, gy)
-                    .set("stroke", "#666666")
-                    .set("stroke-width", 1)
-                    .set("stroke-dasharray", "2 3")
-                    .set("class", "nic-link"),
-            );
-        }
-        nics = nics.add(nic_box(x, y, &node.nics[k].name));
-    }
-    if !unplaced.is_empty() {
-        nics = nics.add(
-            label(20.0, row_top - 22.0, 12, "NICs on no GPU's PCIe switch:".to_string()).set("text-anchor", "start"),
+    let mut edge_labels = Group::new().set("id", "edge-labels");
+    for ((a, b), r) in &lay.edge_labels {
+        edge_labels = edge_labels.add(
+            label(r.x + r.w / 2.0, r.y + r.h / 2.0, 11, format!("NV{}", node.link(*a, *b).nvlinks))
+                .set("stroke", "white")
+                .set("stroke-width", 3)
+                .set("paint-order", "stroke"),
         );
     }
-    for (j, &k) in unplaced.iter().enumerate() {
-        let x = 20.0 + 38.0 + 90.0 * (j % per_row) as f64;
-        let y = row_top + 40.0 * (j / per_row) as f64;
-        nics = nics.add(nic_box(x, y, &node.nics[k].name));
+
+    let marked = |set: &Marked| -> (Vec<usize>, Vec<usize>) {
+        let gpus = set.gpus.iter().copied().filter(|&g| g < n).collect();
+        let nics = set.nics.iter().copied().filter(|&k| k < node.nics.len()).collect();
+        (gpus, nics)
+    };
+    let mut nics = Group::new().set("id", "nics");
+    for (k, nic) in node.nics.iter().enumerate() {
+        let (x, y) = lay.nics[k];
+        for g in 0..n {
+            if let Some(kind) = LinkKind::of_nic(node.nic_link(g, k)) {
+                let (gx, gy) = lay.gpus[g];
+                edges = edges.add(styled(line(x, y, gx, gy), kind).set("stroke-width", 1.2));
+            }
+        }
+        nics = nics.add(nic_box(x, y, &nic.name));
+    }
+    if let Some(t) = lay.texts.iter().find(|t| t.text == "NICs on no GPU's PCIe switch:") {
+        nics = nics.add(label(t.rect.x, t.rect.y + t.rect.h / 2.0, 12, t.text.clone()).set("text-anchor", "start"));
     }
 
     let mut gpus = Group::new().set("id", "gpus");
-    for i in 0..n {
-        let (x, y) = pos(angle[i], radius);
+    for (i, &(x, y)) in lay.gpus.iter().enumerate() {
         gpus = gpus
             .add(
                 Circle::new()
                     .set("cx", format!("{x:.1}"))
                     .set("cy", format!("{y:.1}"))
-                    .set("r", 26)
+                    .set("r", GPU_RADIUS)
                     .set("fill", colour[i])
                     .set("stroke", "#222222")
                     .set("stroke-width", 1.5)
@@ -432,18 +857,62 @@ pub fn to_svg(node: &NodeTopology) -> String {
             )
             .add(label(x, y, 13, format!("GPU{i}")).set("font-weight", "bold"));
     }
-    doc = doc.add(edges).add(edge_labels).add(nics).add(gpus).add(legend(node, &groups, fabric, 20.0, legend_top));
+    // Highlighted sets: a ring per GPU (one ring further out per set a GPU is in) and an outline
+    // per NIC, with data-set and data-gpu / data-nic naming what each marks.
+    let mut marks = Group::new().set("id", "highlight");
+    let mut rings = vec![0usize; n];
+    let mut outlines = vec![0usize; node.nics.len()];
+    for (si, set) in highlight.sets.iter().enumerate() {
+        let (set_gpus, set_nics) = marked(set);
+        for g in set_gpus {
+            let (x, y) = lay.gpus[g];
+            marks = marks.add(
+                Circle::new()
+                    .set("cx", format!("{x:.1}"))
+                    .set("cy", format!("{y:.1}"))
+                    .set("r", GPU_RADIUS + 5.0 + 5.0 * rings[g] as f64)
+                    .set("fill", "none")
+                    .set("stroke", highlight_colour(si))
+                    .set("stroke-width", 4)
+                    .set("class", "highlight")
+                    .set("data-set", si)
+                    .set("data-gpu", g),
+            );
+            rings[g] += 1;
+        }
+        for k in set_nics {
+            let (x, y) = lay.nics[k];
+            let grow = 3.0 + 4.0 * outlines[k] as f64;
+            marks = marks.add(
+                Rectangle::new()
+                    .set("x", format!("{:.1}", x - NIC_BOX.0 / 2.0 - grow))
+                    .set("y", format!("{:.1}", y - NIC_BOX.1 / 2.0 - grow))
+                    .set("width", format!("{:.1}", NIC_BOX.0 + 2.0 * grow))
+                    .set("height", format!("{:.1}", NIC_BOX.1 + 2.0 * grow))
+                    .set("rx", 4)
+                    .set("fill", "none")
+                    .set("stroke", highlight_colour(si))
+                    .set("stroke-width", 3)
+                    .set("class", "highlight-nic")
+                    .set("data-set", si)
+                    .set("data-nic", k),
+            );
+            outlines[k] += 1;
+        }
+    }
+    doc = doc.add(edges).add(edge_labels).add(nics).add(gpus).add(marks).add(legend(node, &lay, &groups, highlight));
     doc.to_string()
 }
 
-/// The legend: NVLink widths, PCIe-switch edges, NIC links and NUMA colours.
+/// The legend, at [`Layout::legend`]: a sample line per NVLink count and per other kind drawn, a
+/// ring per highlighted set, and the NUMA colours in a second column.
 fn legend(
     node: &NodeTopology,
+    lay: &Layout,
     groups: &BTreeMap<(bool, u32), Vec<usize>>,
-    fabric: Option<u8>,
-    x0: f64,
-    y0: f64,
+    highlight: &Highlight,
 ) -> Group {
+    let (x0, y0) = lay.legend;
     let text = |x: f64, y: f64, s: String| {
         Text::new(s)
             .set("x", format!("{x:.1}"))
@@ -452,53 +921,54 @@ fn legend(
             .set("font-family", "Helvetica, Arial, sans-serif")
             .set("dominant-baseline", "middle")
     };
-    let sample = |y: f64, width: f64, dash: Option<&str>| {
-        let mut l = line(x0, y, x0 + 40.0, y)
-            .set("stroke", if dash.is_some() { "#666666" } else { "#2b6cb0" })
-            .set("stroke-width", format!("{width:.2}"));
-        if let Some(d) = dash {
-            l = l.set("stroke-dasharray", d);
-        }
-        l
-    };
+    let fabric = uniform_nvlinks(node);
+    let entries = legend_entries(node, fabric, &lay.kinds);
     let mut g = Group::new().set("id", "legend").add(text(x0, y0, "Legend".into()).set("font-weight", "bold"));
-    let max = node.max_nvlinks();
     let mut y = y0 + 22.0;
-    // The counts that occur (at most four: the smallest three and the largest).
-    let mut counts: Vec<u8> = node.links().iter().map(|l| l.nvlinks).filter(|c| *c > 0).collect();
-    counts.sort_unstable();
-    counts.dedup();
-    if counts.len() > 4 {
-        counts = counts[..3].iter().copied().chain([max]).collect();
-    }
+    let counts = nvlink_counts(node);
+    let mut entry = entries.into_iter();
     for count in counts {
-        let what = match fabric {
-            Some(c) if c == count => format!("NV{count} on every GPU pair (NVSwitch)"),
-            _ => format!("NV{count}: {count} NVLink{} (width ∝ links)", if count == 1 { "" } else { "s" }),
-        };
-        g = g.add(sample(y, nvlink_width(node, count), None)).add(text(x0 + 50.0, y, what));
+        let l = styled(line(x0, y, x0 + 40.0, y), LinkKind::Nvlink)
+            .set("stroke-width", format!("{:.2}", nvlink_width(node, count)))
+            .set("class", "legend-sample");
+        g = g.add(l).add(text(x0 + 50.0, y, entry.next().unwrap_or_default()));
         y += 20.0;
     }
-    g = g.add(sample(y, 1.5, Some("6 4"))).add(text(x0 + 50.0, y, "PCIe via a switch (PIX/PXB), no NVLink".into()));
-    y += 20.0;
-    if !node.nics.is_empty() {
-        g = g.add(sample(y, 1.0, Some("2 3"))).add(text(x0 + 50.0, y, "NIC on the GPU's PCIe switch".into()));
+    for kind in lay.kinds.iter().filter(|k| **k != LinkKind::Nvlink) {
+        g = g
+            .add(styled(line(x0, y, x0 + 40.0, y), *kind).set("stroke-width", 2).set("class", "legend-sample"))
+            .add(text(x0 + 50.0, y, entry.next().unwrap_or_default()));
+        y += 20.0;
     }
-    // NUMA colours in a second column.
-    let x1 = x0 + 360.0;
-    let mut y = y0 + 22.0;
-    for (gi, (unknown, id)) in groups.keys().enumerate() {
-        let name = if *unknown { "NUMA node unknown".to_string() } else { format!("NUMA node {id}") };
+    for (si, set) in highlight.sets.iter().enumerate() {
         g = g
             .add(
                 Circle::new()
-                    .set("cx", format!("{:.1}", x1 + 8.0))
+                    .set("cx", format!("{:.1}", x0 + 20.0))
+                    .set("cy", format!("{y:.1}"))
+                    .set("r", 7)
+                    .set("fill", "none")
+                    .set("stroke", highlight_colour(si))
+                    .set("stroke-width", 3),
+            )
+            .add(text(x0 + 50.0, y, set.label.clone()));
+        y += 20.0;
+    }
+    // NUMA colours in a second column, where the layout put their names.
+    let mut y = y0 + 22.0;
+    for (gi, (unknown, id)) in groups.keys().enumerate() {
+        let name = if *unknown { "NUMA node unknown".to_string() } else { format!("NUMA node {id}") };
+        let x = lay.texts.iter().find(|t| t.text == name).map_or(x0 + 360.0, |t| t.rect.x);
+        g = g
+            .add(
+                Circle::new()
+                    .set("cx", format!("{:.1}", x - 14.0))
                     .set("cy", format!("{y:.1}"))
                     .set("r", 7)
                     .set("fill", numa_colour(gi))
                     .set("stroke", "#222222"),
             )
-            .add(text(x1 + 22.0, y, name));
+            .add(text(x, y, name));
         y += 20.0;
     }
     g

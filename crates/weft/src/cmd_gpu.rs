@@ -44,9 +44,22 @@ pub struct AllocateArgs {
     /// hgx-8gpu) or static:<file> (JSON/YAML partition table).
     #[arg(long, default_value = "best-effort")]
     policy: String,
-    /// Output format.
+    /// Output format; `svg` draws the node with the chosen GPUs and the NICs on their PCIe
+    /// switches marked (`weft topo show -o svg --highlight` with the chosen set).
     #[arg(long, short, value_enum, default_value_t)]
-    output: Output,
+    output: AllocateOutput,
+}
+
+/// `weft gpu allocate -o`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+enum AllocateOutput {
+    /// Human-readable.
+    #[default]
+    Table,
+    /// JSON.
+    Json,
+    /// An SVG drawing of the node with the chosen set marked.
+    Svg,
 }
 
 #[derive(Args, Debug)]
@@ -120,7 +133,12 @@ fn allocate_cmd(a: AllocateArgs) -> anyhow::Result<()> {
         .with_context(|| format!("allocating {} GPUs on {}", a.count, a.topology.display()))?;
     let mean_bw = node.mean_pair_bandwidth_gbps(&alloc.gpus);
     match a.output {
-        Output::Json => print_json(&serde_json::json!({
+        AllocateOutput::Svg => {
+            let set = crate::cmd_topo::highlighted(&node, "allocate", "chosen", alloc.gpus.clone())?;
+            out!("{}", weft_topology::render::to_svg_with(&node, &set))?;
+            Ok(())
+        }
+        AllocateOutput::Json => print_json(&serde_json::json!({
             "node": node.name,
             "policy": policy.name(),
             "gpus": alloc.gpus,
@@ -129,7 +147,7 @@ fn allocate_cmd(a: AllocateArgs) -> anyhow::Result<()> {
             "optimality": alloc.optimality,
             "meanPairBandwidthGbps": mean_bw,
         })),
-        Output::Table => {
+        AllocateOutput::Table => {
             let list: Vec<String> = alloc.gpus.iter().map(|g| format!("GPU{g}")).collect();
             outln!("GPUs:        {}", list.join(" "))?;
             outln!("set score:   {} (sum of go-gpuallocator pair scores)", alloc.set_score)?;

@@ -69,6 +69,10 @@ pub struct ShowArgs {
     /// Output format.
     #[arg(long, short, value_enum, default_value_t)]
     output: ShowOutput,
+    /// With `-o svg`: mark these GPUs (`0,1,2,3`, `4-7`) and the NICs on their PCIe switches
+    /// with a coloured ring and outline.
+    #[arg(long, value_parser = crate::output::parse_gpu_list_arg, value_name = "LIST")]
+    highlight: Option<crate::output::GpuList>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -113,7 +117,17 @@ pub fn run(cmd: TopoCommand) -> anyhow::Result<()> {
     match cmd {
         TopoCommand::Show(a) => {
             let node = read_topology(&a.file)?;
-            show(&node, a.output)
+            match a.highlight {
+                Some(list) => {
+                    if a.output != ShowOutput::Svg {
+                        anyhow::bail!("--highlight marks GPUs on a drawing: use it with -o svg");
+                    }
+                    let set = highlighted(&node, "--highlight", "highlighted", list.0)?;
+                    out!("{}", render::to_svg_with(&node, &set))?;
+                    Ok(())
+                }
+                None => show(&node, a.output),
+            }
         }
         TopoCommand::Discover(mut a) => {
             a.discover.node_name = a.node.take();
@@ -140,6 +154,23 @@ pub fn read_topology(arg: &std::path::Path) -> anyhow::Result<NodeTopology> {
         return Ok(weft_sim::cluster::builtin_topology(name)?);
     }
     Ok(read_node_file(arg)?)
+}
+
+/// One marked set for a drawing: `gpus` and the NICs on their PCIe switches, named `label` in the
+/// legend; a GPU the node does not have is an error naming `flag`.
+pub fn highlighted(
+    node: &NodeTopology,
+    flag: &str,
+    label: &str,
+    gpus: Vec<usize>,
+) -> anyhow::Result<render::Highlight> {
+    if let Some(bad) = gpus.iter().find(|&&g| g >= node.gpu_count()) {
+        anyhow::bail!("{flag}: GPU{bad} is not on the node, which has {} GPUs", node.gpu_count());
+    }
+    let list: Vec<String> = gpus.iter().map(|g| format!("GPU{g}")).collect();
+    let nics = render::nics_beside(node, &gpus);
+    let label = format!("{label}: {}", list.join(" "));
+    Ok(render::Highlight { sets: vec![render::Marked { label, gpus, nics }] })
 }
 
 fn publish(a: PublishArgs) -> anyhow::Result<()> {
