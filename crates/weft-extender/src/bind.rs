@@ -27,6 +27,7 @@ use weft_resources::names::{is_dns1123_label, is_dns1123_subdomain};
 
 use crate::claims::{allocated_vfs, claim_names};
 use crate::decision::PodAsk;
+use crate::gang::{GANG_PLAN_ANNOTATION, GangNote, GroupKey};
 use crate::reservations::{NodeRecord, RECORD_ANNOTATION, RecordEntry, Reserved, record_name, shown_in, wall_until};
 use crate::server::{ExtenderState, devices_in_use};
 use crate::volcano::{EventHandlerRequest, EventHandlerResponse, PIPELINED, event_pod};
@@ -41,6 +42,8 @@ pub struct Decided {
     pub vfs: BTreeMap<String, Vec<String>>,
     /// The entry that holds them in the node's record.
     pub entry: RecordEntry,
+    /// The member's place in its gang's plan, when it is a gang member with a held plan.
+    pub gang: Option<GangNote>,
 }
 
 /// Who a decision is for: it decides what the pod's earlier entries in the node's record mean.
@@ -74,6 +77,11 @@ fn decision_annotations(node: &str, decided: &Decided) -> BTreeMap<String, Strin
     }
     if !decided.vfs.is_empty() {
         out.insert(VF_IDS_ANNOTATION.to_string(), format_vf_ids(&decided.vfs));
+    }
+    if let Some(note) = &decided.gang
+        && let Ok(json) = serde_json::to_string(note)
+    {
+        out.insert(GANG_PLAN_ANNOTATION.to_string(), json);
     }
     out
 }
@@ -315,7 +323,8 @@ impl ExtenderState {
                 check_subdomain("ResourceClaim name", &claim).map_err(|e| format!("pod {namespace}/{name}: {e}"))?;
                 claims.extend(binder.resource_claim(namespace, &claim).await?);
             }
-            self.decide_and_hold(binder, node, &uid, &ask, &claims, Purpose::Bind).await?
+            let group = self.member_of(&pod).ok().flatten().map(|m| m.key);
+            self.decide_and_hold(binder, node, &uid, &ask, &claims, group.as_ref(), Purpose::Bind).await?
         };
         let annotations = decided.as_ref().map(|d| decision_annotations(node, d)).unwrap_or_default();
         if let Err(e) = binder.bind(namespace, name, &uid, node, annotations.clone()).await {
@@ -369,7 +378,9 @@ impl ExtenderState {
             let Some(decided) = (if ask.is_empty() {
                 None
             } else {
-                self.decide_and_hold(binder, node, &uid, &ask, &[], Purpose::Allocate { pipelined }).await?
+                let group = self.member_of(&pod).ok().flatten().map(|m| m.key);
+                self.decide_and_hold(binder, node, &uid, &ask, &[], group.as_ref(), Purpose::Allocate { pipelined })
+                    .await?
             }) else {
                 return Ok(());
             };
@@ -418,7 +429,7 @@ impl ExtenderState {
             if !ours {
                 return Ok(());
             }
-            let annotations = [GPU_IDS_ANNOTATION, GPU_DECISION_ANNOTATION, VF_IDS_ANNOTATION]
+            let annotations = [GPU_IDS_ANNOTATION, GPU_DECISION_ANNOTATION, VF_IDS_ANNOTATION, GANG_PLAN_ANNOTATION]
                 .into_iter()
                 .map(|k| (k.to_string(), None))
                 .collect();
@@ -434,6 +445,7 @@ impl ExtenderState {
     /// is read, the decision made over what it and the view hold, and the record written back only
     /// if it is still at the version read. When another replica wrote it first, the decision is
     /// made again over the new record. Within this replica, decisions for one node take turns.
+    #[allow(clippy::too_many_arguments)] // the decision's inputs, each named where it is called
     async fn decide_and_hold(
         &self,
         binder: &Arc<dyn PodBinder>,
@@ -441,16 +453,24 @@ impl ExtenderState {
         uid: &str,
         ask: &PodAsk,
         claims: &[ResourceClaim],
+        group: Option<&GroupKey>,
         purpose: Purpose,
     ) -> Result<Option<Decided>, String> {
         let _turn = self.reservations().turn(node).await;
         for _ in 0..RECORD_ATTEMPTS {
             let (version, mut record) = binder.node_record(node).await?;
-            let Some(decided) = self.decide_devices(node, uid, ask, claims, purpose, &mut record)? else {
+            let Some(decided) = self.decide_devices(node, uid, ask, claims, group, purpose, &mut record)? else {
                 return Ok(None);
             };
             match binder.write_node_record(node, version.as_deref(), &record).await {
-                Ok(true) => return Ok(Some(decided)),
+                Ok(true) => {
+                    if let (Some(group), Some(note)) = (group, &decided.gang)
+                        && let Some(rank) = note.rank
+                    {
+                        self.gangs().take(group, uid, rank, Instant::now());
+                    }
+                    return Ok(Some(decided));
+                }
                 Ok(false) => self.reservations().release(node, uid),
                 Err(e) => {
                     self.reservations().release(node, uid);
@@ -487,6 +507,7 @@ impl ExtenderState {
     /// expiry.
     async fn forget(&self, binder: &Arc<dyn PodBinder>, node: &str, uid: &str, entry: Option<&RecordEntry>) {
         self.reservations().release(node, uid);
+        self.gangs().release(uid);
         let change = |record: &mut NodeRecord| match entry {
             Some(entry) => record.release_entry(entry),
             None => record.release(uid),
@@ -536,12 +557,14 @@ impl ExtenderState {
     /// reserved for others, beside the VFs weft's NIC driver was allocated in `claims`
     /// ([`crate::claims`]). `None` when the node has no topology (the node's device plugins then
     /// choose), unless topology is required.
+    #[allow(clippy::too_many_arguments)] // the decision's inputs, each named where it is called
     fn decide_devices(
         &self,
         node: &str,
         uid: &str,
         ask: &PodAsk,
         claims: &[ResourceClaim],
+        group: Option<&GroupKey>,
         purpose: Purpose,
         record: &mut NodeRecord,
     ) -> Result<Option<Decided>, String> {
@@ -574,10 +597,22 @@ impl ExtenderState {
         let (held, mut vfs_used) = devices_in_use(node, &prepared, &holding, &self.config().resource_name);
         let used = held | reserved.gpus;
         vfs_used.extend(reserved.vfs);
+        // Other gangs' members not yet placed keep their planned GPUs.
+        let used = used | self.gangs().held(node, group);
         let free: Vec<usize> = (0..prepared.len()).filter(|&g| used & (1u128 << g) == 0).collect();
         if free.len() < count {
             return Err(format!("node {node} has {} free GPUs now; the pod asks for {count}", free.len()));
         }
+        // A gang member takes its planned set when the plan put it here and the set is still free.
+        let mut planned = group.and_then(|g| self.gangs().rank_on(g, uid, node));
+        let free = match &mut planned {
+            Some(r) if r.on_node && r.gpus.len() == count && r.gpus.iter().all(|g| free.contains(g)) => r.gpus.clone(),
+            Some(r) => {
+                r.note.followed = false;
+                free
+            }
+            None => free,
+        };
         let (gpus, vfs) = match prepared.with_vfs() {
             Some(topology) => {
                 let fixed = allocated_vfs(claims, node, topology);
@@ -598,6 +633,12 @@ impl ExtenderState {
         let devices = Reserved { gpus: set, vfs: vfs.values().flatten().cloned().collect() };
         let entry = record.hold(uid, &devices, wall_until(wall, self.reservations().ttl()));
         ledger.reserve(uid, devices, now);
-        Ok(Some(Decided { gpus: (0..128).filter(|&g| set & (1u128 << g) != 0).collect(), vfs, entry }))
+        let gpus: Vec<usize> = (0..128).filter(|&g| set & (1u128 << g) != 0).collect();
+        if let (Some(group), Some(r)) = (group, &planned)
+            && !r.note.followed
+        {
+            tracing::warn!(%group, %node, rank = r.rank, "gang member placed off its plan");
+        }
+        Ok(Some(Decided { gpus, vfs, entry, gang: planned.map(|r| r.note) }))
     }
 }

@@ -66,6 +66,12 @@ pub struct ExtenderConfig {
     /// How long a GPU decision made by bind counts as used while the watch has not shown the pod
     /// on its node yet ([`crate::reservations`]).
     pub reservation_ttl: Duration,
+    /// How long a gang's plan is held after its last member's activity (default 5 min;
+    /// `crate::gang`).
+    pub gang_plan_ttl: Duration,
+    /// How gang plans read the cluster's network from node labels (default: Topograph's labels
+    /// and the GPU clique).
+    pub network_levels: crate::gang::NetworkLevels,
 }
 
 impl Default for ExtenderConfig {
@@ -85,6 +91,8 @@ impl Default for ExtenderConfig {
             spare_vfs: false,
             cache_limits: CacheLimits::default(),
             reservation_ttl: Duration::from_secs(60),
+            gang_plan_ttl: Duration::from_secs(300),
+            network_levels: crate::gang::NetworkLevels::default(),
         }
     }
 }

@@ -13,6 +13,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
@@ -20,6 +21,7 @@ use kube::{Api, Client};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::gang::PodGroupSpec;
 use crate::view::ClusterView;
 use weft_record::TOPOLOGY_ANNOTATION;
 use weft_record::usage::GPU_IDS_ANNOTATION;
@@ -34,7 +36,35 @@ pub struct KubeClusterView {
     nodes_ready: Arc<AtomicBool>,
     pods_ready: Arc<AtomicBool>,
     changes: watch::Receiver<u64>,
+    /// Volcano PodGroups' specs by (namespace, name); empty where Volcano is not installed.
+    pod_groups: Arc<PodGroups>,
     tasks: Vec<JoinHandle<()>>,
+}
+
+type PodGroups = RwLock<rustc_hash::FxHashMap<(String, String), Arc<PodGroupSpec>>>;
+
+/// Volcano's PodGroup resource (`scheduling.volcano.sh/v1beta1`).
+pub fn volcano_pod_group_resource() -> ApiResource {
+    ApiResource {
+        group: "scheduling.volcano.sh".into(),
+        version: "v1beta1".into(),
+        api_version: "scheduling.volcano.sh/v1beta1".into(),
+        kind: "PodGroup".into(),
+        plural: "podgroups".into(),
+    }
+}
+
+/// A PodGroup's key and spec; a spec weft cannot read is logged and left out.
+fn pod_group_entry(obj: &DynamicObject) -> Option<((String, String), Arc<PodGroupSpec>)> {
+    let key = (obj.metadata.namespace.clone().unwrap_or_default(), obj.metadata.name.clone().unwrap_or_default());
+    let spec = obj.data.get("spec").cloned().unwrap_or(serde_json::Value::Null);
+    match serde_json::from_value::<PodGroupSpec>(spec) {
+        Ok(spec) => Some((key, Arc::new(spec))),
+        Err(e) => {
+            tracing::warn!(pod_group = %format!("{}/{}", key.0, key.1), "PodGroup spec not read: {e}");
+            None
+        }
+    }
 }
 
 impl std::fmt::Debug for KubeClusterView {
@@ -189,8 +219,9 @@ impl KubeClusterView {
 
         let (pod_store, mut pod_writer) = reflector::store::<Pod>();
         let pod_cfg = watcher::Config::default().fields(POD_FIELD_SELECTOR);
+        let group_client = client.clone();
         let pod_stream = watcher(Api::<Pod>::all(client), pod_cfg).modify(slim_pod);
-        let (ready, tx, index) = (pods_ready.clone(), changes_tx, pods.clone());
+        let (ready, tx, index) = (pods_ready.clone(), changes_tx.clone(), pods.clone());
         let pod_task = tokio::spawn(async move {
             let mut stream = pin!(pod_stream);
             while let Some(event) = stream.next().await {
@@ -208,10 +239,58 @@ impl KubeClusterView {
             }
         });
 
-        KubeClusterView { nodes, pods, nodes_ready, pods_ready, changes, tasks: vec![node_task, pod_task] }
+        // PodGroups: not part of readiness (Volcano may not be installed: the watch then retries
+        // with its backoff, and members of a Volcano group wait with a reason until it lists).
+        let pod_groups: Arc<PodGroups> = Arc::default();
+        let groups = pod_groups.clone();
+        let pg_api = Api::<DynamicObject>::all_with(group_client, &volcano_pod_group_resource());
+        let pg_stream = watcher::watcher(pg_api, watcher::Config::default()).default_backoff();
+        let pg_task = tokio::spawn(async move {
+            let mut stream = pin!(pg_stream);
+            let mut listing = rustc_hash::FxHashMap::default();
+            while let Some(event) = stream.next().await {
+                let event = match event {
+                    Ok(event) => event,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "PodGroup watch failed (is Volcano installed?); retrying");
+                        continue;
+                    }
+                };
+                let mut groups = groups.write().unwrap_or_else(PoisonError::into_inner);
+                match event {
+                    Event::Apply(obj) => match pod_group_entry(&obj) {
+                        Some((k, v)) => drop(groups.insert(k, v)),
+                        None => drop(groups.remove(&(
+                            obj.metadata.namespace.clone().unwrap_or_default(),
+                            obj.metadata.name.clone().unwrap_or_default(),
+                        ))),
+                    },
+                    Event::Delete(obj) => drop(groups.remove(&(
+                        obj.metadata.namespace.clone().unwrap_or_default(),
+                        obj.metadata.name.clone().unwrap_or_default(),
+                    ))),
+                    Event::Init => listing.clear(),
+                    Event::InitApply(obj) => listing.extend(pod_group_entry(&obj)),
+                    Event::InitDone => *groups = std::mem::take(&mut listing),
+                }
+                drop(groups);
+                changes_tx.send_modify(|g| *g += 1);
+            }
+        });
+
+        KubeClusterView {
+            nodes,
+            pods,
+            nodes_ready,
+            pods_ready,
+            changes,
+            pod_groups,
+            tasks: vec![node_task, pod_task, pg_task],
+        }
     }
 
-    /// A receiver whose value increases after every applied watch event (for tests and metrics).
+    /// A receiver whose value increases after every applied watch event (nodes, pods and PodGroups;
+    /// for tests and metrics).
     pub fn changes(&self) -> watch::Receiver<u64> {
         self.changes.clone()
     }
@@ -249,6 +328,18 @@ impl ClusterView for KubeClusterView {
     fn nodes(&self, names: &[String]) -> Vec<Option<Arc<Node>>> {
         let by_name = self.nodes.by_name.read().unwrap_or_else(PoisonError::into_inner);
         names.iter().map(|n| by_name.get(n.as_str()).cloned()).collect()
+    }
+
+    fn node_names(&self) -> Vec<String> {
+        let mut names: Vec<String> =
+            self.nodes.by_name.read().unwrap_or_else(PoisonError::into_inner).keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    fn pod_group(&self, namespace: &str, name: &str) -> Option<Arc<PodGroupSpec>> {
+        let groups = self.pod_groups.read().unwrap_or_else(PoisonError::into_inner);
+        groups.get(&(namespace.to_string(), name.to_string())).cloned()
     }
 
     fn pods_on_node(&self, name: &str) -> Vec<Arc<Pod>> {
@@ -310,9 +401,12 @@ pub fn slim_pod(pod: &mut Pod) {
     }
 }
 
-/// Keep what the extender reads from a node.
+/// Keep what the extender reads from a node: its names, topology annotation and labels.
 pub fn slim_node(node: &mut Node) {
+    // Labels describe the cluster's network (gang plans, crate::gang).
+    let labels = node.metadata.labels.take();
     slim_meta(&mut node.metadata, TOPOLOGY_ANNOTATION);
+    node.metadata.labels = labels;
     node.spec = None;
     node.status = None;
 }

@@ -17,6 +17,7 @@ pub mod cache;
 pub mod claims;
 pub mod config;
 pub mod decision;
+pub mod gang;
 pub mod kube_view;
 pub mod reservations;
 pub mod server;

@@ -48,12 +48,14 @@ use crate::bind::PodBinder;
 use crate::cache::{PreparedTopology, Resolved, TopologyCache};
 use crate::config::ExtenderConfig;
 use crate::decision::{self, Deadline, Expired, NodeState, NodeVfs, PodAsk, Verdict};
+use crate::gang::{self, Gangs, GroupKey, Member, MembershipError, Steer};
 use crate::reservations::{Reservations, shown_in};
 use crate::stream::{self, BodyReader, JsonStream, StreamError, StreamLimits};
 use crate::view::ClusterView;
 use crate::volcano;
 use crate::wire::{
-    self, ExtenderArgs, ExtenderBindingArgs, ExtenderFilterResult, HostPriority, HostPriorityList, NodeList,
+    self, ExtenderArgs, ExtenderBindingArgs, ExtenderFilterResult, HostPriority, HostPriorityList,
+    MAX_EXTENDER_PRIORITY, NodeList,
 };
 use weft_kube::http::ServeOptions;
 use weft_record::usage::{PodRef, gpus_in_use};
@@ -106,6 +108,8 @@ pub struct ExtenderState {
     metrics: ExtenderMetrics,
     /// The empty VF set that nodes without VFs in use share.
     no_vfs: Arc<BTreeSet<String>>,
+    /// Gang plans held by this process ([`crate::gang`]).
+    gangs: Gangs,
 }
 
 /// Candidates handled between two looks at the request's deadline (a look reads the clock).
@@ -175,6 +179,7 @@ impl ExtenderState {
             deciding: Arc::new(tokio::sync::Semaphore::new(cfg.max_concurrent_decisions.max(1))),
             metrics: ExtenderMetrics::default(),
             no_vfs: Arc::default(),
+            gangs: Gangs::new(cfg.gang_plan_ttl),
             cfg,
         }
     }
@@ -223,6 +228,16 @@ impl ExtenderState {
         &self.reservations
     }
 
+    /// The gang plans this process holds.
+    pub fn gangs(&self) -> &Gangs {
+        &self.gangs
+    }
+
+    /// `pod`'s gang ([`crate::gang::membership`]), from its annotations and the view's PodGroups.
+    pub fn member_of(&self, pod: &k8s_openapi::api::core::v1::Pod) -> Result<Option<Member>, MembershipError> {
+        gang::membership(pod, |ns, name| self.view.pod_group(ns, name))
+    }
+
     /// The topology cache.
     pub fn cache(&self) -> &TopologyCache {
         &self.cache
@@ -247,7 +262,16 @@ impl ExtenderState {
         // The names are moved through the decision into the answer, not copied.
         let by_names = args.node_names.is_some();
         let names = if args.nodes.is_none() { args.node_names.take() } else { None };
-        let (request, candidates) = match self.candidates(&args, names, deadline) {
+        let member = match args.pod.as_ref().map(|p| self.member_of(p)).transpose() {
+            Ok(m) => Ok(m.flatten()),
+            Err(MembershipError::Bad(error)) => {
+                tracing::warn!(%error, "filter request cannot be answered");
+                return Ok(ExtenderFilterResult { error, ..ExtenderFilterResult::default() });
+            }
+            Err(MembershipError::Waiting(why)) => Err(why),
+        };
+        let group = member.as_ref().ok().and_then(Option::as_ref).map(|m| &m.key);
+        let (request, candidates) = match self.candidates(&args, names, group, deadline) {
             Ok(c) => c,
             Err(ExtenderError::Expired(e)) => return Err(e),
             Err(e) => {
@@ -255,7 +279,9 @@ impl ExtenderState {
                 return Ok(ExtenderFilterResult { error: e.to_string(), ..ExtenderFilterResult::default() });
             }
         };
-        let verdicts = decision::filter_pod(&request, &states(&candidates), &self.cfg);
+        let mut verdicts = decision::filter_pod(&request, &states(&candidates), &self.cfg);
+        let uid = args.pod.as_ref().and_then(|p| p.metadata.uid.as_deref()).unwrap_or_default();
+        self.steer_filter(&member, uid, &request, &candidates, &mut verdicts, deadline)?;
         let mut result = ExtenderFilterResult::default();
         let mut passed = vec![false; candidates.len()];
         for (i, (c, v)) in candidates.iter().zip(&verdicts).enumerate() {
@@ -318,11 +344,23 @@ impl ExtenderState {
         with_reasons: bool,
         deadline: Deadline,
     ) -> Result<HostPriorityList, ExtenderError> {
-        let (request, candidates) = self.candidates(args, names, deadline)?;
-        let scores = {
+        let pod = args.pod.as_ref().ok_or(ExtenderError::NoPod)?;
+        // A member whose group cannot be read is not steered here: filter has said why.
+        let member = self.member_of(pod).ok().flatten();
+        let (request, candidates) = self.candidates(args, names, member.as_ref().map(|m| &m.key), deadline)?;
+        let mut scores = {
             let mut cache = self.scores.lock().unwrap_or_else(PoisonError::into_inner);
             decision::prioritize_pod_until(&request, &states(&candidates), &self.cfg, &mut cache, deadline)?
         };
+        if let Some(member) = &member {
+            let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+            if let Some(open) = self.gangs.open_nodes(&member.key, uid, (request.gpus, &request.vfs)) {
+                // The planned nodes first, whatever their own score.
+                for (c, s) in candidates.iter().zip(&mut scores) {
+                    s.score = if open.contains(&c.name) { MAX_EXTENDER_PRIORITY } else { 0 };
+                }
+            }
+        }
         Ok(candidates
             .into_iter()
             .zip(scores)
@@ -337,10 +375,12 @@ impl ExtenderState {
 
     /// What the pod asks for and the candidates with their topology and GPUs and VFs in use.
     /// `taken`: the request's `NodeNames`, when the caller took them out of `args`.
+    /// `group`: the pod's gang, whose own plan does not count as used.
     fn candidates(
         &self,
         args: &ExtenderArgs,
         taken: Option<Vec<String>>,
+        group: Option<&GroupKey>,
         deadline: Deadline,
     ) -> Result<(PodAsk, Vec<Candidate>), ExtenderError> {
         let pod = args.pod.as_ref().ok_or(ExtenderError::NoPod)?;
@@ -368,6 +408,18 @@ impl ExtenderState {
                 self.cache.resolve_shared(names.iter().map(String::as_str).zip(from_view.iter().map(Option::as_ref)))
             }
         };
+        Ok((request, self.resolved_candidates(names, resolved, group, deadline)?))
+    }
+
+    /// The nodes `names` (with their topologies `resolved`) and the GPUs and VFs in use on each:
+    /// held by pods, reserved, or kept by a gang plan other than `group`'s.
+    fn resolved_candidates(
+        &self,
+        names: Vec<String>,
+        resolved: Vec<Resolved>,
+        group: Option<&GroupKey>,
+        deadline: Deadline,
+    ) -> Result<Vec<Candidate>, Expired> {
         let total = names.len();
         let now = std::time::Instant::now();
         let mut candidates = Vec::with_capacity(total);
@@ -375,22 +427,119 @@ impl ExtenderState {
         // node: a node reserved after this look counts from the next request, as one reserved after
         // its own look always did.
         let reserved = self.reservations.nodes();
+        let gang_holds = self.gangs.holds_any();
         let revisions = self.view.pods_revisions(&names);
         let mut accounting = self.accounting.lock().unwrap_or_else(PoisonError::into_inner);
         for (i, ((name, prepared), revision)) in names.into_iter().zip(resolved).zip(revisions).enumerate() {
             if i % DEADLINE_EVERY == 0 && deadline.passed() {
-                return Err(Expired { done: i, total }.into());
+                return Err(Expired { done: i, total });
             }
-            let (used, vfs_used) = match &prepared {
+            let (mut used, vfs_used) = match &prepared {
                 Ok(p) => {
                     let reserved_here = reserved.contains(name.as_str());
                     self.devices_used(&mut accounting, &name, p, revision, reserved_here, now)
                 }
                 Err(_) => (0, self.no_vfs.clone()),
             };
+            if gang_holds {
+                used |= self.gangs.held(&name, group);
+            }
             candidates.push(Candidate { name, prepared, used, vfs_used });
         }
-        Ok((request, candidates))
+        Ok(candidates)
+    }
+
+    /// Steers a gang member's filter verdicts to its plan ([`Gangs::steer`]); a member whose group
+    /// is not known yet (`Err`) fails every node with the reason.
+    fn steer_filter(
+        &self,
+        member: &Result<Option<Member>, String>,
+        uid: &str,
+        request: &PodAsk,
+        candidates: &[Candidate],
+        verdicts: &mut [Verdict],
+        deadline: Deadline,
+    ) -> Result<(), Expired> {
+        let member = match member {
+            Ok(None) => return Ok(()),
+            Ok(Some(_)) if request.is_empty() => return Ok(()),
+            Ok(Some(m)) => m,
+            Err(why) => {
+                for v in verdicts.iter_mut().filter(|v| v.passes()) {
+                    *v = Verdict::Fail(why.clone());
+                }
+                return Ok(());
+            }
+        };
+        let passing: BTreeSet<String> =
+            candidates.iter().zip(verdicts.iter()).filter(|(_, v)| v.passes()).map(|(c, _)| c.name.clone()).collect();
+        let mut expired = None;
+        let mut plan = |count: usize, anchors: &[String], over: Option<&BTreeSet<String>>| {
+            self.plan_gang(member, request, count, anchors, over, deadline).map_err(|e| match e {
+                Ok(why) => why,
+                Err(e) => {
+                    let why = e.to_string();
+                    expired = Some(e);
+                    why
+                }
+            })
+        };
+        let steer =
+            self.gangs.steer(member, uid, (request.gpus, &request.vfs), &passing, std::time::Instant::now(), &mut plan);
+        if let Some(e) = expired {
+            return Err(e);
+        }
+        match steer {
+            Steer::Free => {}
+            Steer::To { nodes, why } => {
+                for (c, v) in candidates.iter().zip(verdicts.iter_mut()) {
+                    if v.passes() && !nodes.contains(&c.name) {
+                        *v = Verdict::Fail(why.clone());
+                    }
+                }
+            }
+            Steer::Blocked(why) => {
+                tracing::info!(group = %member.key, "{why}");
+                for v in verdicts.iter_mut().filter(|v| v.passes()) {
+                    *v = Verdict::Fail(why.clone());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Plans `count` members of `member`'s gang over every node the view knows (or only `over`),
+    /// beside its members on `anchors` ([`gang::plan_over`]). `Err(Ok(why))`: no plan;
+    /// `Err(Err(_))`: the deadline passed.
+    fn plan_gang(
+        &self,
+        member: &Member,
+        request: &PodAsk,
+        count: usize,
+        anchors: &[String],
+        over: Option<&BTreeSet<String>>,
+        deadline: Deadline,
+    ) -> Result<weft_gang::Plan, Result<String, Expired>> {
+        let names = self.view.node_names();
+        let nodes: Vec<Option<Arc<Node>>> = self.view.nodes(&names);
+        let resolved =
+            self.cache.resolve_shared(names.iter().map(String::as_str).zip(nodes.iter().map(Option::as_ref)));
+        let all = self.resolved_candidates(names, resolved, Some(&member.key), deadline).map_err(Err)?;
+        let plan_nodes: Vec<gang::PlanNode<'_>> = all
+            .iter()
+            .zip(&nodes)
+            .map(|(c, n)| gang::PlanNode {
+                name: &c.name,
+                labels: n.as_ref().and_then(|n| n.metadata.labels.as_ref()),
+                prepared: c.prepared.as_ref().ok().map(|p| &**p),
+                used: c.used,
+                vfs_used: &c.vfs_used,
+            })
+            .collect();
+        let quality = self.cfg.score_config.set_quality;
+        let ask = (request.gpus, &request.vfs);
+        gang::plan_over(&self.cfg.network_levels, &plan_nodes, count, ask, &member.constraint, anchors, over, quality)
+            .map_err(Ok)
     }
 }
 

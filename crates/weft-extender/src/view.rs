@@ -10,6 +10,8 @@ use std::sync::{Arc, PoisonError, RwLock};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use rustc_hash::FxHashMap;
 
+use crate::gang::PodGroupSpec;
+
 /// Read access to nodes and the pods bound to them. Implementations are caches: lookups are cheap
 /// and never block on the network.
 pub trait ClusterView: Send + Sync {
@@ -23,6 +25,12 @@ pub trait ClusterView: Send + Sync {
     /// The pods whose `spec.nodeName` is `name` (terminal pods may be included; the accounting
     /// skips them).
     fn pods_on_node(&self, name: &str) -> Vec<Arc<Pod>>;
+    /// Every node's name (gang plans are made over the whole cluster).
+    fn node_names(&self) -> Vec<String>;
+    /// The Volcano PodGroup `namespace/name`'s spec, if the view knows it.
+    fn pod_group(&self, _namespace: &str, _name: &str) -> Option<Arc<PodGroupSpec>> {
+        None
+    }
     /// Whether the view has completed its initial sync (drives `/readyz`).
     fn is_ready(&self) -> bool {
         true
@@ -45,6 +53,7 @@ pub trait ClusterView: Send + Sync {
 pub struct InMemoryView {
     nodes: RwLock<FxHashMap<String, Arc<Node>>>,
     pods: RwLock<FxHashMap<String, Vec<Arc<Pod>>>>,
+    pod_groups: RwLock<FxHashMap<(String, String), Arc<PodGroupSpec>>>,
     /// Bumped on every pod change (one counter for all nodes: a change anywhere invalidates
     /// everything, which is correct and simple for tests and the simulator).
     revision: std::sync::atomic::AtomicU64,
@@ -56,6 +65,7 @@ impl Default for InMemoryView {
         InMemoryView {
             nodes: RwLock::default(),
             pods: RwLock::default(),
+            pod_groups: RwLock::default(),
             revision: std::sync::atomic::AtomicU64::new(0),
             ready: AtomicBool::new(true),
         }
@@ -100,6 +110,12 @@ impl InMemoryView {
         self.revision.fetch_add(1, Ordering::AcqRel);
     }
 
+    /// Add or replace a Volcano PodGroup's spec.
+    pub fn insert_pod_group(&self, namespace: &str, name: &str, spec: PodGroupSpec) {
+        let key = (namespace.to_string(), name.to_string());
+        self.pod_groups.write().unwrap_or_else(PoisonError::into_inner).insert(key, Arc::new(spec));
+    }
+
     /// Set what [`ClusterView::is_ready`] answers.
     pub fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::Release);
@@ -114,6 +130,18 @@ impl ClusterView for InMemoryView {
     fn nodes(&self, names: &[String]) -> Vec<Option<Arc<Node>>> {
         let nodes = self.nodes.read().unwrap_or_else(PoisonError::into_inner);
         names.iter().map(|n| nodes.get(n.as_str()).cloned()).collect()
+    }
+
+    fn node_names(&self) -> Vec<String> {
+        let mut names: Vec<String> =
+            self.nodes.read().unwrap_or_else(PoisonError::into_inner).keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    fn pod_group(&self, namespace: &str, name: &str) -> Option<Arc<PodGroupSpec>> {
+        let groups = self.pod_groups.read().unwrap_or_else(PoisonError::into_inner);
+        groups.get(&(namespace.to_string(), name.to_string())).cloned()
     }
 
     fn pods_on_node(&self, name: &str) -> Vec<Arc<Pod>> {

@@ -9,7 +9,9 @@ use anyhow::Context;
 use clap::Args;
 use weft_alloc::ScoreConfig;
 use weft_extender::cache::CacheLimits;
+use weft_extender::gang::NetworkLevels;
 use weft_extender::{ClusterView, ExtenderConfig, ExtenderState, InMemoryView, KubeClusterView, serve_with};
+use weft_gang::{LabelLevels, LevelSpec};
 use weft_kube::http::ServeOptions;
 use weft_kube::tls::TlsFiles;
 
@@ -79,6 +81,16 @@ pub struct ExtenderArgs {
     /// pod on its node (1s to 1h).
     #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = reservation_ttl)]
     reservation_ttl: Duration,
+    /// How long a gang's plan is held after its last member's activity (1s to 1h): the GPUs of the
+    /// members not yet placed count as used for other pods meanwhile (docs/gang.md).
+    #[arg(long, default_value = "5m", value_name = "DURATION", value_parser = reservation_ttl)]
+    gang_plan_ttl: Duration,
+    /// The node labels that describe the cluster's network for gang plans, top (broadest) tier
+    /// first, comma-separated; a key ending in `?` is optional (nodes without it are in no domain
+    /// of that tier), e.g. `example.com/spine,example.com/leaf,nvidia.com/gpu.clique?`. Default:
+    /// NVIDIA Topograph's labels, with GFD's GPU clique innermost.
+    #[arg(long, value_name = "KEYS", value_parser = network_levels)]
+    network_levels: Option<LabelLevels>,
     /// The old spelling of --reservation-ttl, in seconds.
     #[arg(long, hide = true, value_name = "SECONDS", conflicts_with = "reservation_ttl", value_parser = reservation_ttl)]
     reservation_ttl_seconds: Option<Duration>,
@@ -111,6 +123,22 @@ pub struct ExtenderArgs {
     spare_vfs: bool,
 }
 
+/// `--network-levels`: label keys, top first, `?` marking an optional level.
+fn network_levels(s: &str) -> Result<LabelLevels, String> {
+    let mut levels = Vec::new();
+    for (i, key) in s.split(',').map(str::trim).enumerate() {
+        let (key, optional) = match key.strip_suffix('?') {
+            Some(k) => (k.trim(), true),
+            None => (key, false),
+        };
+        if key.is_empty() {
+            return Err(format!("{s:?}: level {} has no label key", i + 1));
+        }
+        levels.push(LevelSpec { keys: vec![key.to_string()], optional });
+    }
+    Ok(LabelLevels { levels })
+}
+
 /// `--reservation-ttl`: 1s to 1h.
 fn reservation_ttl(s: &str) -> Result<Duration, String> {
     let d = crate::duration_arg::at_least_1s(s)?;
@@ -140,6 +168,8 @@ pub fn run(a: ExtenderArgs) -> anyhow::Result<()> {
         spare_vfs: a.spare_vfs,
         cache_limits: CacheLimits { max_nodes: a.cache_max_nodes, max_bytes: a.cache_max_bytes },
         reservation_ttl: a.reservation_ttl_seconds.unwrap_or(a.reservation_ttl),
+        gang_plan_ttl: a.gang_plan_ttl,
+        network_levels: a.network_levels.clone().map_or(NetworkLevels::Topograph, NetworkLevels::Levels),
     };
     let tls = match (&a.tls_cert_file, &a.tls_key_file) {
         (Some(cert), Some(key)) => {
@@ -228,4 +258,24 @@ fn local_view(cluster_file: &std::path::Path, pods_file: Option<&std::path::Path
         if names.len() > 6 { ", …" } else { "" }
     ));
     Ok(view)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn network_levels_are_label_keys_top_first_with_a_question_mark_for_optional_ones() {
+        let levels = network_levels("example.com/spine, example.com/leaf ,nvidia.com/gpu.clique?").unwrap();
+        let got: Vec<(&str, bool)> = levels.levels.iter().map(|l| (l.keys[0].as_str(), l.optional)).collect();
+        assert_eq!(got, [("example.com/spine", false), ("example.com/leaf", false), ("nvidia.com/gpu.clique", true)]);
+    }
+
+    #[test]
+    fn a_network_level_without_a_key_is_refused_naming_its_position() {
+        let e = network_levels("example.com/spine,,x").unwrap_err();
+        assert!(e.contains("level 2 has no label key"), "{e}");
+        assert!(network_levels("?").unwrap_err().contains("level 1"));
+    }
 }
