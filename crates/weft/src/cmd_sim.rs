@@ -85,6 +85,8 @@ pub struct SimulateArgs {
     /// Format of --pods-out: CSV with a header line, or JSON lines (one object per line).
     #[arg(long, value_enum, default_value_t, requires = "pods_out")]
     pods_format: PodsFormat,
+    #[command(flatten)]
+    jobs: crate::cmd_sim_jobs::JobsArgs,
     /// List the built-in node types and exit.
     #[arg(long)]
     list_node_types: bool,
@@ -143,6 +145,10 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
             score_config(args.remainder_weight, args.set_quality)?,
             args.output,
         );
+    }
+    if args.jobs.jobs.is_some() {
+        let score = score_config(args.remainder_weight, args.set_quality)?;
+        return crate::cmd_sim_jobs::run(&args.jobs, args.cluster.as_deref(), args.nodes, args.seed, score, args.output);
     }
     let spec = match &args.cluster {
         Some(p) => ClusterSpec::from_file(p).with_context(|| format!("reading cluster file {}", p.display()))?,

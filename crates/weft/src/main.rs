@@ -11,6 +11,7 @@ mod cmd_gpu;
 mod cmd_install_cni;
 mod cmd_jobs;
 mod cmd_sim;
+mod cmd_sim_jobs;
 mod cmd_sim_matrix;
 mod cmd_sim_optimum;
 mod cmd_topo;
