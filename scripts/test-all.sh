@@ -9,8 +9,8 @@ log() { printf '\n==> %s\n' "$*"; }
 
 # System packages the tests need. The GPU topology engine needs none; later subsystems add theirs here
 # (etcd-server, nats-server, dnsmasq-base, libibverbs-dev to link the RDMA feature,
-# containernetworking-plugins, iproute2).
-NEEDED_DEBS=(containernetworking-plugins iproute2 etcd-server nats-server dnsmasq-base libibverbs-dev)
+# containernetworking-plugins, iproute2; chromium for the browser test of weft simulate --report).
+NEEDED_DEBS=(containernetworking-plugins iproute2 etcd-server nats-server dnsmasq-base libibverbs-dev chromium)
 if [ "${#NEEDED_DEBS[@]}" -gt 0 ]; then
   missing=()
   for p in "${NEEDED_DEBS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
@@ -64,7 +64,11 @@ skip_summary() {
   return "$status"
 }
 trap 'rc=$?; skip_summary || rc=1; exit $rc' EXIT
-cargo test --workspace --features weft-transport/rdma,weft-transport/gpu --locked --no-fail-fast 2>&1 | tee "$test_log"
+# The suite is built as the image ships weft: with the `nvml` feature (Dockerfile), so the NVML
+# tests run (here without the driver's library: the library-absent path, for real) at no extra
+# build. scripts/vm-check.sh builds its test binaries with the same features, reusing this build.
+export WEFT_SUITE_FEATURES=weft/nvml,weft-transport/rdma,weft-transport/gpu
+cargo test --workspace --features "$WEFT_SUITE_FEATURES" --locked --no-fail-fast 2>&1 | tee "$test_log"
 
 log "cgroup v2 and Soft-RoCE: the allow-listed tests this host cannot run, in Debian's kernel under qemu"
 # Boots Debian's kernel (TCG when the host has no usable KVM) with the tests' binaries in an

@@ -98,7 +98,8 @@ binaries="$(awk 'NF && $1 !~ /^#/ {print $1}' "$tests_file" | sort -u)"
 test_args=()
 for b in $binaries; do test_args+=(--test "$b"); done
 log "building ${binaries//$'\n'/, }"
-cargo test --workspace --features weft-transport/rdma,weft-transport/gpu --locked "${test_args[@]}" --no-run \
+cargo test --workspace --features "${WEFT_SUITE_FEATURES:-weft/nvml,weft-transport/rdma,weft-transport/gpu}" --locked \
+  "${test_args[@]}" --no-run \
   --message-format=json-render-diagnostics >"$vm/build.json"
 
 # The initramfs tree.

@@ -42,10 +42,11 @@ pub const SWITCH: &str = "WEFT_TEST_REQUIRE_ALL";
 /// is one that CI's machine cannot possibly run; the summary after the suite prints every skip of
 /// these with its reason. The `skip_lint` test fails on an entry that names no test.
 pub const ALLOWED_SKIPS: &[(&str, &str, &str)] = &[
-    // GPU: CI has none. They run on a machine with a CUDA driver and a GPU.
-    ("gpu", "staged_path_over_tcp_delivers_the_same_bytes", "needs a CUDA driver and a GPU; CI has no GPU"),
-    ("gpu", "ipc_between_two_processes_shares_device_memory", "needs a CUDA driver and a GPU; CI has no GPU"),
-    ("gpu", "ipc_descriptor_from_another_node_is_refused", "needs a CUDA driver and a GPU; CI has no GPU"),
+    // GPU: CI has none. They run in scripts/gpu-check.sh on a machine with a driver and a GPU.
+    ("gpu", "staged_path_over_tcp_delivers_the_same_bytes", CUDA_REASON),
+    ("gpu", "ipc_between_two_processes_shares_device_memory", CUDA_REASON),
+    ("gpu", "ipc_descriptor_from_another_node_is_refused", CUDA_REASON),
+    ("nvml", "real_nvml_discovers_the_gpus_and_the_health_watcher_starts", NVML_REASON),
     // RDMA: CI's kernel has no RDMA device (and no rdma_rxe module to make a Soft-RoCE one). They
     // run in scripts/vm-check.sh, on Soft-RoCE in Debian's kernel under qemu.
     ("rdma", "device_backend_passes_the_conformance_suite", RDMA_REASON),
@@ -58,6 +59,8 @@ pub const ALLOWED_SKIPS: &[(&str, &str, &str)] = &[
     ("cgroup_v1", "v2_applies_settings_the_kernel_holds_them_and_rolls_back", CGROUP_V2_REASON),
 ];
 
+const CUDA_REASON: &str = "needs a CUDA driver and a GPU; CI has no GPU; runs in scripts/gpu-check.sh";
+const NVML_REASON: &str = "needs NVML (libnvidia-ml.so.1) and a GPU; CI has no GPU; runs in scripts/gpu-check.sh";
 const RDMA_REASON: &str =
     "needs an RDMA device with an active port; CI's host has none; runs in scripts/vm-check.sh (Soft-RoCE under qemu)";
 const CGROUP_V2_REASON: &str = "needs a cgroup2 mount with the cpu, cpuset and memory controllers (CI's host is cgroup \

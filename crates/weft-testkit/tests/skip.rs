@@ -182,13 +182,17 @@ fn the_allow_list_switch_fails_the_skip_naming_itself_and_an_unknown_value_is_an
     assert!(stderr(&out).contains("WEFT_TEST_NO_ALLOW_LIST=\"on\""), "{}", stderr(&out));
 }
 
+/// The test binaries whose allowed skips need a GPU (scripts/gpu-check.sh runs them).
+const GPU_BINARIES: [&str; 2] = ["gpu", "nvml"];
+
 #[test]
-fn every_allow_entry_gives_a_reason_and_gpu_rdma_and_cgroup_v2_are_the_only_ones() {
+fn every_allow_entry_gives_a_reason_and_gpu_rdma_and_cgroup_v2_are_the_only_ones_each_naming_its_script() {
     for (binary, test, why) in ALLOWED_SKIPS {
         assert!(!why.trim().is_empty(), "{binary}::{test} has no reason");
-        assert!(["gpu", "rdma", "cgroup_v1", "cgroup_v2"].contains(binary), "{binary}::{test}: {why}");
+        assert!(["gpu", "nvml", "rdma", "cgroup_v1"].contains(binary), "{binary}::{test}: {why}");
     }
-    let rdma_and_v2: Vec<_> = ALLOWED_SKIPS.iter().filter(|(b, _, _)| *b != "gpu").collect();
+    let (gpu, rdma_and_v2): (Vec<_>, Vec<_>) = ALLOWED_SKIPS.iter().partition(|(b, _, _)| GPU_BINARIES.contains(b));
+    assert!(gpu.iter().all(|(_, _, why)| why.contains("scripts/gpu-check.sh")), "{gpu:?}");
     assert!(rdma_and_v2.iter().all(|(_, _, why)| why.contains("scripts/vm-check.sh")), "{rdma_and_v2:?}");
 }
 
@@ -209,8 +213,11 @@ fn the_vm_runs_exactly_the_allowed_rdma_and_cgroup_v2_tests() {
         })
         .collect();
     in_vm.sort();
-    let mut allowed: Vec<(String, String)> =
-        ALLOWED_SKIPS.iter().filter(|(b, _, _)| *b != "gpu").map(|(b, t, _)| (b.to_string(), t.to_string())).collect();
+    let mut allowed: Vec<(String, String)> = ALLOWED_SKIPS
+        .iter()
+        .filter(|(b, _, _)| !GPU_BINARIES.contains(b))
+        .map(|(b, t, _)| (b.to_string(), t.to_string()))
+        .collect();
     allowed.sort();
     assert_eq!(in_vm, allowed, "{} and ALLOWED_SKIPS' RDMA and cgroup v2 entries", file.display());
 }
