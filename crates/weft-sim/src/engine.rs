@@ -137,6 +137,26 @@ pub struct PodOutcome<'a> {
     pub pod: &'a SimPod,
     /// Where it went, or why it did not.
     pub placement: Result<PodPlacement<'a>, NotPlaced>,
+    /// The whole cluster just after this decision (the timeline of `weft simulate --report`).
+    pub cluster: ClusterNow,
+}
+
+/// The cluster's state after a decision: every pod's [`PodOutcome`] carries one, so a caller that
+/// wants a timeline samples it at the arrivals it likes. Made only when a record callback is
+/// given ([`run_policy_recorded`]): a run without one pays nothing for it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClusterNow {
+    /// Pods running (placed and not yet gone), this one included when it was placed.
+    pub running_pods: usize,
+    /// GPUs held by running pods.
+    pub gpus_in_use: usize,
+    /// Free GPUs whose NVLink peers on their node are all busy ([`PolicyReport::mean_stranded_gpus`]
+    /// is the mean of this over arrivals, taken before each decision).
+    pub stranded_gpus: usize,
+    /// Pods placed so far, this one included.
+    pub placed: usize,
+    /// Pods not placed so far, this one included.
+    pub not_placed: usize,
 }
 
 /// Where a placed pod went and what it got there.
@@ -222,6 +242,8 @@ struct State<'c> {
     stranded: Vec<usize>,
     total_stranded: usize,
     total_free: usize,
+    /// Every GPU of the cluster.
+    total_gpus: usize,
 }
 
 impl<'c> State<'c> {
@@ -236,7 +258,7 @@ impl<'c> State<'c> {
             .collect();
         let total_free = free.iter().map(|m| m.gpus.count_ones() as usize).sum();
         let stranded = vec![0; free.len()];
-        State { cluster, free, stranded, total_stranded: 0, total_free }
+        State { cluster, free, stranded, total_stranded: 0, total_free, total_gpus: total_free }
     }
 
     /// Set what is free on a node; returns what it had.
@@ -997,7 +1019,8 @@ fn run(
                         start: pod.arrival,
                         end: pod.arrival + pod.duration,
                     };
-                    record(&PodOutcome { policy, index: i, pod, placement: Ok(placement) })
+                    let now = cluster_now(&state, departures.len(), placed, unplaced);
+                    record(&PodOutcome { policy, index: i, pod, placement: Ok(placement), cluster: now })
                         .map_err(SimError::Records)?;
                 }
             }
@@ -1008,7 +1031,9 @@ fn run(
                 unplaced_for_vfs += usize::from(short_of_vfs);
                 if let Some(record) = record.as_deref_mut() {
                     let why = if short_of_vfs { NotPlaced::ShortOfVfs } else { NotPlaced::NoGpus };
-                    record(&PodOutcome { policy, index: i, pod, placement: Err(why) }).map_err(SimError::Records)?;
+                    let now = cluster_now(&state, departures.len(), placed, unplaced);
+                    record(&PodOutcome { policy, index: i, pod, placement: Err(why), cluster: now })
+                        .map_err(SimError::Records)?;
                 }
             }
         }
@@ -1040,6 +1065,17 @@ fn run(
         stranded_share_of_free: if free_sum > 0.0 { stranded_sum / free_sum } else { 0.0 },
         run_ms: started.elapsed().as_secs_f64() * 1000.0,
     })
+}
+
+/// [`ClusterNow`] of a run: `running` pods hold GPUs (the departures not yet due).
+fn cluster_now(state: &State<'_>, running: usize, placed: usize, not_placed: usize) -> ClusterNow {
+    ClusterNow {
+        running_pods: running,
+        gpus_in_use: state.total_gpus - state.total_free,
+        stranded_gpus: state.total_stranded,
+        placed,
+        not_placed,
+    }
 }
 
 /// The mean and the nearest-rank 10th percentile of `values` (sorted in place); zeros when empty.
@@ -1322,6 +1358,50 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert_eq!(e, "writing the per-pod records: disk full");
+    }
+
+    /// Each record carries the cluster just after its decision: running pods, GPUs in use and
+    /// stranded, and the placed and not-placed counts so far (the report's timeline).
+    #[test]
+    fn each_record_carries_the_cluster_after_its_decision() {
+        let cluster = build(vec![with_vfs("dgx1-v100", 1, 0)]);
+        let pods = [
+            pod("four", 4, 0, 0.0, 100.0),
+            pod("one", 1, 0, 1.0, 10.0),
+            pod("too-big", 8, 0, 2.0, 10.0),
+            pod("two", 2, 0, 3.0, 100.0),
+            pod("after-one", 1, 0, 20.0, 100.0),
+        ];
+        let prepared = &cluster.types[0].prepared;
+        for policy in PlacementPolicy::ALL {
+            let (decisions, _) = trace(&cluster, &pods, policy, &ScoreConfig::default(), 1, false);
+            let mut seen = Vec::new();
+            run_policy_recorded(&cluster, &pods, policy, &ScoreConfig::default(), 1, &mut |_| {}, &mut |r| {
+                seen.push(r.cluster);
+                Ok(())
+            })
+            .unwrap();
+            // What each decision leaves: the held sets of the pods still running at that arrival.
+            let expected: Vec<ClusterNow> = (0..pods.len())
+                .map(|i| {
+                    let at = pods[i].arrival;
+                    let held: Vec<u128> = (0..=i)
+                        .filter(|&j| pods[j].arrival + pods[j].duration > at)
+                        .filter_map(|j| decisions[j].map(|(_, h)| h.gpus))
+                        .collect();
+                    let busy = held.iter().fold(0u128, |m, h| m | h);
+                    ClusterNow {
+                        running_pods: held.len(),
+                        gpus_in_use: busy.count_ones() as usize,
+                        stranded_gpus: stranded_gpus(prepared, 0xff & !busy),
+                        placed: decisions[..=i].iter().filter(|d| d.is_some()).count(),
+                        not_placed: decisions[..=i].iter().filter(|d| d.is_none()).count(),
+                    }
+                })
+                .collect();
+            assert_eq!(seen, expected, "{}", policy.name());
+            assert_eq!((seen[2].not_placed, seen[4].running_pods), (1, 3), "{}: {seen:?}", policy.name());
+        }
     }
 
     #[test]

@@ -20,7 +20,7 @@ use weft_alloc::ScoreConfig;
 
 pub use cluster::{Cluster, ClusterSpec, NodeTypeSpec, builtin_topology, builtin_types};
 pub use engine::{
-    NotPlaced, PlacementPolicy, PodOutcome, PodPlacement, PolicyReport, Progress, RecordPod, run_policy,
+    ClusterNow, NotPlaced, PlacementPolicy, PodOutcome, PodPlacement, PolicyReport, Progress, RecordPod, run_policy,
     run_policy_recorded,
 };
 pub use pipeline::{PipelineReport, PipelineScenario, read_scenario, simulate_pipelines};

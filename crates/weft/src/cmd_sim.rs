@@ -82,6 +82,12 @@ pub struct SimulateArgs {
     /// start and end, or why it was not placed. Fields in docs/simulate.md ("Per-pod output").
     #[arg(long, value_name = "FILE", conflicts_with_all = ["matrix", "optimum", "pipelines"])]
     pods_out: Option<PathBuf>,
+    /// Write an HTML report to FILE: one self-contained page (inline SVG charts, nothing fetched)
+    /// with each policy's timeline, bandwidth and VF-nearness distributions, utilisation per node
+    /// type, the pods not placed and why, and sample nodes with their pods drawn
+    /// (docs/simulate.md, "The HTML report"). The terminal report is printed as usual.
+    #[arg(long, value_name = "FILE.html", conflicts_with_all = ["matrix", "optimum", "pipelines", "jobs"])]
+    report: Option<PathBuf>,
     /// Format of --pods-out: CSV with a header line, or JSON lines (one object per line).
     #[arg(long, value_enum, default_value_t, requires = "pods_out")]
     pods_format: PodsFormat,
@@ -148,7 +154,14 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     }
     if args.jobs.jobs.is_some() {
         let score = score_config(args.remainder_weight, args.set_quality)?;
-        return crate::cmd_sim_jobs::run(&args.jobs, args.cluster.as_deref(), args.nodes, args.seed, score, args.output);
+        return crate::cmd_sim_jobs::run(
+            &args.jobs,
+            args.cluster.as_deref(),
+            args.nodes,
+            args.seed,
+            score,
+            args.output,
+        );
     }
     let spec = match &args.cluster {
         Some(p) => ClusterSpec::from_file(p).with_context(|| format!("reading cluster file {}", p.display()))?,
@@ -194,7 +207,16 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let progress = PolicyProgress::new(&policies, pods.len(), args.output == Output::Table);
     let show = &mut |i, p| progress.show(i, p);
     let to_stdout = args.pods_out.as_deref().is_some_and(|p| p == std::path::Path::new("-"));
+    let mut collector = args.report.as_ref().map(|_| crate::cmd_sim_report::Collector::new(&cluster, &pods, &policies));
     let mut report = match &args.pods_out {
+        None if collector.is_some() => {
+            simulate_recorded(&cluster, &pods, &policies, &score_config, args.seed, show, &mut |o| {
+                if let Some(c) = collector.as_mut() {
+                    c.add(o);
+                }
+                Ok(())
+            })?
+        }
         Some(path) => {
             let out: Box<dyn std::io::Write> = if to_stdout {
                 Box::new(std::io::stdout().lock())
@@ -206,6 +228,9 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
             let mut records =
                 PodRecords::new(out, args.pods_format).with_context(|| format!("--pods-out {}", path.display()))?;
             let report = simulate_recorded(&cluster, &pods, &policies, &score_config, args.seed, show, &mut |o| {
+                if let Some(c) = collector.as_mut() {
+                    c.add(o);
+                }
                 records.write(o)
             })
             .with_context(|| format!("--pods-out {}", path.display()))?;
@@ -215,16 +240,34 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         None => simulate(&cluster, &pods, &policies, &score_config, args.seed, show)?,
     };
     progress.clear();
-    if to_stdout {
-        return Ok(());
-    }
     if args.workload.is_none() {
         report.workload.target_load = Some(Generate::DEFAULT_LOAD);
+    }
+    if let (Some(path), Some(collector)) = (&args.report, &collector) {
+        crate::cmd_sim_report::write(path, &report_scenario(&args), &report, collector)?;
+    }
+    if to_stdout {
+        return Ok(());
     }
     match args.output {
         Output::Json => print_json(&report),
         Output::Table => print_report(&report, args.wide),
     }
+}
+
+/// The scenario as `--report` names it.
+fn report_scenario(args: &SimulateArgs) -> crate::cmd_sim_report::Scenario {
+    let scaled = args.nodes.map_or(String::new(), |n| format!(", scaled to {} nodes", count(n)));
+    let cluster = match &args.cluster {
+        Some(p) => format!("{}{scaled}", p.display()),
+        None => format!("the embedded cluster{scaled}"),
+    };
+    let workload = match &args.workload {
+        Some(p) => p.display().to_string(),
+        None => format!("generated: {} pods, seed {}", count(args.pods), args.seed),
+    };
+    let score = format!("remainder weight {}, set quality {:?}", args.remainder_weight, args.set_quality);
+    crate::cmd_sim_report::Scenario { cluster, workload, seed: args.seed, score }
 }
 
 /// The fields of a per-pod record, in order: the CSV header and the JSON keys (docs/simulate.md,

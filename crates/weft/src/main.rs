@@ -14,6 +14,7 @@ mod cmd_sim;
 mod cmd_sim_jobs;
 mod cmd_sim_matrix;
 mod cmd_sim_optimum;
+mod cmd_sim_report;
 mod cmd_topo;
 mod cmd_wait;
 mod cmd_webhook;
