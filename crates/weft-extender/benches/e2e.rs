@@ -22,6 +22,11 @@
 //! server's round trips. After each cycle the pod's reservation is released (untimed), so every
 //! cycle sees the same cluster.
 //!
+//! The `gang64-*` cases schedule a member of a 64-member gang (`weft.io/gang`, 4 GPUs each) over
+//! nodes labelled with a leaf (32 nodes) and a spine (512 nodes): its filter plans the whole gang
+//! over every node (docs/gang.md "In the scheduler"). The plan is held for 1 ns, so every cycle's
+//! filter plans anew: these are the planning member's cycles, the costliest a gang member has.
+//!
 //! Run: `cargo bench -p weft-extender --bench e2e` (prints median and p99 per case; `E2E_CYCLES`
 //! sets the cycles per case, `E2E_CASES` a comma-separated subset such as `names-5000`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
@@ -34,6 +39,7 @@ use k8s_openapi::api::core::v1::Pod;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
+use weft_extender::gang::NetworkLevels;
 use weft_extender::{ExtenderConfig, ExtenderState, InMemoryView};
 use weft_sim::cluster::{Cluster, ClusterSpec};
 
@@ -66,8 +72,22 @@ fn used_gpus(i: usize, gpus: usize) -> Vec<usize> {
     used
 }
 
-/// The pending pod as kube-scheduler sends it (from its informer: no apiVersion/kind).
-fn pod_json() -> Value {
+/// The network labels of node `i`: 32 nodes per leaf, 16 leaves per spine.
+const SPINE: &str = "example.com/spine";
+const LEAF: &str = "example.com/leaf";
+
+/// The pending pod as kube-scheduler sends it (from its informer: no apiVersion/kind); a member of
+/// a 64-member gang when `gang`.
+fn pod_json(gang: bool) -> Value {
+    let mut pod = plain_pod_json();
+    if gang {
+        pod["metadata"]["annotations"]["weft.io/gang"] = json!("train");
+        pod["metadata"]["annotations"]["weft.io/gang-size"] = json!("64");
+    }
+    pod
+}
+
+fn plain_pod_json() -> Value {
     json!({
         "metadata": {
             "name": POD, "generateName": "trainer-", "namespace": NAMESPACE, "uid": UID,
@@ -140,6 +160,10 @@ fn fixture(cluster: &Cluster) -> Fixture {
                 name: Some(node.name.clone()),
                 resource_version: full["metadata"]["resourceVersion"].as_str().map(str::to_string),
                 annotations: Some(BTreeMap::from([(weft_record::TOPOLOGY_ANNOTATION.to_string(), annotation.clone())])),
+                labels: Some(BTreeMap::from([
+                    (SPINE.to_string(), format!("spine-{}", i / 512)),
+                    (LEAF.to_string(), format!("leaf-{}", i / 32)),
+                ])),
                 ..Default::default()
             },
             ..Default::default()
@@ -232,20 +256,27 @@ fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1e3)
 }
 
-async fn run_case(label: &str, f: &Fixture, by_name: bool, cycles: usize) {
+async fn run_case(label: &str, f: &Fixture, by_name: bool, gang: bool, cycles: usize) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    let pod: Pod = serde_json::from_value(pod_json()).unwrap();
-    let state = Arc::new(
-        ExtenderState::new(f.view.clone(), ExtenderConfig::default()).with_binder(Arc::new(common::MemoryApi { pod })),
-    );
+    let pod: Pod = serde_json::from_value(pod_json(gang)).unwrap();
+    let cfg = if gang {
+        ExtenderConfig {
+            network_levels: NetworkLevels::Levels(weft_gang::LabelLevels::new(&[SPINE, LEAF])),
+            gang_plan_ttl: Duration::from_nanos(1),
+            ..ExtenderConfig::default()
+        }
+    } else {
+        ExtenderConfig::default()
+    };
+    let state = Arc::new(ExtenderState::new(f.view.clone(), cfg).with_binder(Arc::new(common::MemoryApi { pod })));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(weft_extender::serve(listener, state.clone(), Default::default(), async move {
         let _ = stopped.await;
     }));
     // One connection, kept alive, as Go's http.Client keeps one per extender host.
     let client = reqwest::Client::builder().http1_only().pool_max_idle_per_host(1).build().unwrap();
-    let pod = serde_json::to_string(&pod_json()).unwrap();
+    let pod = serde_json::to_string(&pod_json(gang)).unwrap();
     let all: Vec<usize> = (0..f.names.len()).collect();
     let filter_body = args_body(&pod, f, &all, by_name);
     let (mut filter_t, mut prio_t, mut bind_t, mut total_t) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -308,15 +339,19 @@ fn main() {
     // As the extender serves: tokio's multi-threaded runtime, one worker per CPU.
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     for size in [5_000, 500] {
-        let cases = [(format!("names-{size}"), true), (format!("nodes-{size}"), false)];
-        if !cases.iter().any(|(c, _)| wanted(c)) {
+        let cases = [
+            (format!("names-{size}"), true, false),
+            (format!("nodes-{size}"), false, false),
+            (format!("gang64-names-{size}"), true, true),
+        ];
+        if !cases.iter().any(|(c, _, _)| wanted(c)) {
             continue;
         }
         let cluster = ClusterSpec::embedded_default().scaled(size).build(None).unwrap();
         let f = fixture(&cluster);
-        for (case, by_name) in cases {
+        for (case, by_name, gang) in cases {
             if wanted(&case) {
-                runtime.block_on(run_case(&case, &f, by_name, cycles));
+                runtime.block_on(run_case(&case, &f, by_name, gang, cycles));
             }
         }
     }

@@ -69,7 +69,7 @@ pub struct ExtenderConfig {
     /// How long a gang's plan is held after its last member's activity (default 5 min;
     /// `crate::gang`).
     pub gang_plan_ttl: Duration,
-    /// How gang plans read the cluster's network from node labels (default: Topograph's labels
+    /// Where gang plans read the cluster's network (default: HyperNodes, else Topograph's labels
     /// and the GPU clique).
     pub network_levels: crate::gang::NetworkLevels,
 }

@@ -28,7 +28,8 @@ use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use weft_alloc::SetQuality;
 use weft_gang::{
-    ClusterNode, Gang, GpuSets, LabelLevels, NetworkModel, NetworkTopologySpec, NodeFree, Plan, TierConstraint,
+    ClusterNode, Gang, GpuSets, HyperNode, LabelLevels, NetworkModel, NetworkTopologySpec, NodeFree, Plan,
+    TierConstraint,
 };
 use weft_net::joint::VfAsk;
 
@@ -490,15 +491,15 @@ fn steer_to(key: &GroupKey, h: &Held, open: BTreeSet<String>) -> Steer {
     Steer::To { nodes: open, why }
 }
 
-/// How the extender reads the cluster's network from node labels.
+/// Where the extender reads the cluster's network from.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum NetworkLevels {
-    /// NVIDIA Topograph's labels, as deep as the nodes carry them, with GFD's GPU clique innermost
-    /// (also when no node has Topograph labels: then cliques, else the whole cluster, are the
-    /// only domains).
+    /// Volcano's HyperNodes when the cluster has any; else NVIDIA Topograph's node labels, as deep
+    /// as the nodes carry them, with GFD's GPU clique innermost (when no node has Topograph labels:
+    /// the cliques, else the whole cluster, are the only domains).
     #[default]
-    Topograph,
-    /// An ordered list of label keys, top first.
+    Auto,
+    /// Node labels: an ordered list of keys, top first.
     Levels(LabelLevels),
 }
 
@@ -522,7 +523,7 @@ pub struct PlanNode<'a> {
 /// the only nodes that may be used.
 #[allow(clippy::too_many_arguments)]
 pub fn plan_over(
-    levels: &NetworkLevels,
+    (levels, hypernodes): (&NetworkLevels, &[HyperNode]),
     nodes: &[PlanNode<'_>],
     count: usize,
     (gpus, vfs): (u64, &VfAsk),
@@ -535,11 +536,16 @@ pub fn plan_over(
         .iter()
         .map(|n| ClusterNode { name: n.name.to_string(), labels: n.labels.cloned().unwrap_or_default() })
         .collect();
-    let levels = match levels {
-        NetworkLevels::Topograph => LabelLevels::topograph_for(&cluster),
-        NetworkLevels::Levels(l) => l.clone(),
+    let network = |e: weft_gang::ModelError| format!("the cluster's network: {e}");
+    let mut model = match levels {
+        NetworkLevels::Auto if !hypernodes.is_empty() => {
+            weft_gang::from_hypernodes(hypernodes, &cluster).map_err(network)?
+        }
+        NetworkLevels::Auto => {
+            weft_gang::from_labels(&LabelLevels::topograph_for(&cluster), &cluster).map_err(network)?
+        }
+        NetworkLevels::Levels(l) => weft_gang::from_labels(l, &cluster).map_err(network)?,
     };
-    let mut model = weft_gang::from_labels(&levels, &cluster).map_err(|e| format!("the cluster's network: {e}"))?;
     model.rails_from_labels(&cluster).map_err(|e| format!("the cluster's rails: {e}"))?;
     let by_name: FxHashMap<&str, usize> = nodes.iter().enumerate().map(|(i, n)| (n.name, i)).collect();
     let index: Vec<usize> = (0..model.node_count()).map(|m| by_name[model.node_name(m)]).collect();
@@ -809,7 +815,7 @@ mod tests {
             .collect();
         let soft = TierConstraint::soft();
         let plan =
-            plan_over(&NetworkLevels::Topograph, &nodes, 4, (4, &VfAsk::new()), &soft, &[], None, SetQuality::Ring)
+            plan_over((&NetworkLevels::Auto, &[]), &nodes, 4, (4, &VfAsk::new()), &soft, &[], None, SetQuality::Ring)
                 .unwrap();
         assert_eq!(plan.domain, weft_gang::network::ROOT_TIER);
         assert_eq!(plan.members.len(), 4);
@@ -831,14 +837,14 @@ mod tests {
         let hard = TierConstraint::hard(weft_gang::TierRef::Name("l".into()));
         let ask = (8, &VfAsk::new());
         // One member placed on b1: the next goes to b2, not to the emptier leaf a.
-        let p1 = plan_over(&levels, &nodes, 1, ask, &hard, &["b1".into()], None, SetQuality::Ring).unwrap();
+        let p1 = plan_over((&levels, &[]), &nodes, 1, ask, &hard, &["b1".into()], None, SetQuality::Ring).unwrap();
         assert_eq!((p1.members[0].node.as_str(), p1.domain.as_str()), ("b2", "b"));
         // Two more cannot both fit in b: refused under the hard leaf tier ...
-        let e = plan_over(&levels, &nodes, 2, ask, &hard, &["b1".into()], None, SetQuality::Ring).unwrap_err();
+        let e = plan_over((&levels, &[]), &nodes, 2, ask, &hard, &["b1".into()], None, SetQuality::Ring).unwrap_err();
         assert!(e.contains("within b"), "{e}");
         // ... and widened to the spine under a soft constraint.
         let soft = TierConstraint::soft();
-        let p2 = plan_over(&levels, &nodes, 2, ask, &soft, &["b1".into()], None, SetQuality::Ring).unwrap();
+        let p2 = plan_over((&levels, &[]), &nodes, 2, ask, &soft, &["b1".into()], None, SetQuality::Ring).unwrap();
         assert_eq!(p2.domain, "s1");
         let placed: BTreeSet<&str> = p2.members.iter().map(|m| m.node.as_str()).collect();
         assert_eq!(placed, BTreeSet::from(["a1", "b2"]));

@@ -23,6 +23,7 @@ use tokio::task::JoinHandle;
 
 use crate::gang::PodGroupSpec;
 use crate::view::ClusterView;
+use weft_gang::HyperNode;
 use weft_record::TOPOLOGY_ANNOTATION;
 use weft_record::usage::GPU_IDS_ANNOTATION;
 
@@ -37,11 +38,79 @@ pub struct KubeClusterView {
     pods_ready: Arc<AtomicBool>,
     changes: watch::Receiver<u64>,
     /// Volcano PodGroups' specs by (namespace, name); empty where Volcano is not installed.
-    pod_groups: Arc<PodGroups>,
+    pod_groups: Arc<Objects<PodGroupSpec>>,
+    /// Volcano HyperNodes by name.
+    hypernodes: Arc<Objects<HyperNode>>,
     tasks: Vec<JoinHandle<()>>,
 }
 
-type PodGroups = RwLock<rustc_hash::FxHashMap<(String, String), Arc<PodGroupSpec>>>;
+/// Objects of one kind by (namespace, name), as a watch last listed and changed them.
+type Objects<T> = RwLock<rustc_hash::FxHashMap<(String, String), Arc<T>>>;
+
+/// Volcano's HyperNode resource (`topology.volcano.sh/v1alpha1`, cluster-scoped).
+pub fn volcano_hypernode_resource() -> ApiResource {
+    ApiResource {
+        group: "topology.volcano.sh".into(),
+        version: "v1alpha1".into(),
+        api_version: "topology.volcano.sh/v1alpha1".into(),
+        kind: "HyperNode".into(),
+        plural: "hypernodes".into(),
+    }
+}
+
+/// A HyperNode as weft reads it; one weft cannot read is logged and left out.
+fn hypernode_of(obj: &DynamicObject) -> Option<HyperNode> {
+    let value = serde_json::to_value(obj).ok()?;
+    serde_json::from_value(value)
+        .map_err(|e| tracing::warn!(hypernode = %obj.metadata.name.as_deref().unwrap_or_default(), "HyperNode not read: {e}"))
+        .ok()
+}
+
+/// Watches `resource` (all namespaces) into `objects` with `read`, bumping `changes` after each
+/// event; errors are retried with the watcher's backoff.
+fn watch_objects<T: Send + Sync + 'static>(
+    client: Client,
+    resource: ApiResource,
+    objects: Arc<Objects<T>>,
+    read: fn(&DynamicObject) -> Option<T>,
+    changes: Arc<watch::Sender<u64>>,
+) -> JoinHandle<()> {
+    let api = Api::<DynamicObject>::all_with(client, &resource);
+    let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
+    let key = |o: &DynamicObject| {
+        (o.metadata.namespace.clone().unwrap_or_default(), o.metadata.name.clone().unwrap_or_default())
+    };
+    tokio::spawn(async move {
+        let mut stream = pin!(stream);
+        let mut listing = rustc_hash::FxHashMap::default();
+        while let Some(event) = stream.next().await {
+            let event = match event {
+                Ok(event) => event,
+                Err(e) => {
+                    tracing::debug!(error = %e, kind = %resource.kind, "watch failed (is Volcano installed?); retrying");
+                    continue;
+                }
+            };
+            let mut objects = objects.write().unwrap_or_else(PoisonError::into_inner);
+            match event {
+                Event::Apply(obj) => match read(&obj) {
+                    Some(v) => drop(objects.insert(key(&obj), Arc::new(v))),
+                    None => drop(objects.remove(&key(&obj))),
+                },
+                Event::Delete(obj) => drop(objects.remove(&key(&obj))),
+                Event::Init => listing.clear(),
+                Event::InitApply(obj) => {
+                    if let Some(v) = read(&obj) {
+                        listing.insert(key(&obj), Arc::new(v));
+                    }
+                }
+                Event::InitDone => *objects = std::mem::take(&mut listing),
+            }
+            drop(objects);
+            changes.send_modify(|g| *g += 1);
+        }
+    })
+}
 
 /// Volcano's PodGroup resource (`scheduling.volcano.sh/v1beta1`).
 pub fn volcano_pod_group_resource() -> ApiResource {
@@ -54,17 +123,19 @@ pub fn volcano_pod_group_resource() -> ApiResource {
     }
 }
 
-/// A PodGroup's key and spec; a spec weft cannot read is logged and left out.
-fn pod_group_entry(obj: &DynamicObject) -> Option<((String, String), Arc<PodGroupSpec>)> {
-    let key = (obj.metadata.namespace.clone().unwrap_or_default(), obj.metadata.name.clone().unwrap_or_default());
+/// A PodGroup's spec; one weft cannot read is logged and left out.
+fn pod_group_of(obj: &DynamicObject) -> Option<PodGroupSpec> {
     let spec = obj.data.get("spec").cloned().unwrap_or(serde_json::Value::Null);
-    match serde_json::from_value::<PodGroupSpec>(spec) {
-        Ok(spec) => Some((key, Arc::new(spec))),
-        Err(e) => {
-            tracing::warn!(pod_group = %format!("{}/{}", key.0, key.1), "PodGroup spec not read: {e}");
-            None
-        }
-    }
+    serde_json::from_value::<PodGroupSpec>(spec)
+        .map_err(|e| {
+            let name = format!(
+                "{}/{}",
+                obj.metadata.namespace.as_deref().unwrap_or_default(),
+                obj.metadata.name.as_deref().unwrap_or_default()
+            );
+            tracing::warn!(pod_group = %name, "PodGroup spec not read: {e}");
+        })
+        .ok()
 }
 
 impl std::fmt::Debug for KubeClusterView {
@@ -239,44 +310,20 @@ impl KubeClusterView {
             }
         });
 
-        // PodGroups: not part of readiness (Volcano may not be installed: the watch then retries
-        // with its backoff, and members of a Volcano group wait with a reason until it lists).
-        let pod_groups: Arc<PodGroups> = Arc::default();
-        let groups = pod_groups.clone();
-        let pg_api = Api::<DynamicObject>::all_with(group_client, &volcano_pod_group_resource());
-        let pg_stream = watcher::watcher(pg_api, watcher::Config::default()).default_backoff();
-        let pg_task = tokio::spawn(async move {
-            let mut stream = pin!(pg_stream);
-            let mut listing = rustc_hash::FxHashMap::default();
-            while let Some(event) = stream.next().await {
-                let event = match event {
-                    Ok(event) => event,
-                    Err(e) => {
-                        tracing::debug!(error = %e, "PodGroup watch failed (is Volcano installed?); retrying");
-                        continue;
-                    }
-                };
-                let mut groups = groups.write().unwrap_or_else(PoisonError::into_inner);
-                match event {
-                    Event::Apply(obj) => match pod_group_entry(&obj) {
-                        Some((k, v)) => drop(groups.insert(k, v)),
-                        None => drop(groups.remove(&(
-                            obj.metadata.namespace.clone().unwrap_or_default(),
-                            obj.metadata.name.clone().unwrap_or_default(),
-                        ))),
-                    },
-                    Event::Delete(obj) => drop(groups.remove(&(
-                        obj.metadata.namespace.clone().unwrap_or_default(),
-                        obj.metadata.name.clone().unwrap_or_default(),
-                    ))),
-                    Event::Init => listing.clear(),
-                    Event::InitApply(obj) => listing.extend(pod_group_entry(&obj)),
-                    Event::InitDone => *groups = std::mem::take(&mut listing),
-                }
-                drop(groups);
-                changes_tx.send_modify(|g| *g += 1);
-            }
-        });
+        // Volcano's PodGroups and HyperNodes: not part of readiness (Volcano may not be installed:
+        // the watches then retry with their backoff; members of a Volcano group wait with a reason
+        // until the PodGroups list, and gang plans read the network from node labels).
+        let pod_groups: Arc<Objects<PodGroupSpec>> = Arc::default();
+        let pg_task = watch_objects(
+            group_client.clone(),
+            volcano_pod_group_resource(),
+            pod_groups.clone(),
+            pod_group_of,
+            changes_tx.clone(),
+        );
+        let hypernodes: Arc<Objects<HyperNode>> = Arc::default();
+        let hn_task =
+            watch_objects(group_client, volcano_hypernode_resource(), hypernodes.clone(), hypernode_of, changes_tx);
 
         KubeClusterView {
             nodes,
@@ -285,11 +332,13 @@ impl KubeClusterView {
             pods_ready,
             changes,
             pod_groups,
-            tasks: vec![node_task, pod_task, pg_task],
+            hypernodes,
+            tasks: vec![node_task, pod_task, pg_task, hn_task],
         }
     }
 
-    /// A receiver whose value increases after every applied watch event (nodes, pods and PodGroups;
+    /// A receiver whose value increases after every applied watch event (nodes, pods, PodGroups,
+    /// HyperNodes;
     /// for tests and metrics).
     pub fn changes(&self) -> watch::Receiver<u64> {
         self.changes.clone()
@@ -340,6 +389,11 @@ impl ClusterView for KubeClusterView {
     fn pod_group(&self, namespace: &str, name: &str) -> Option<Arc<PodGroupSpec>> {
         let groups = self.pod_groups.read().unwrap_or_else(PoisonError::into_inner);
         groups.get(&(namespace.to_string(), name.to_string())).cloned()
+    }
+
+    fn hypernodes(&self) -> Vec<Arc<HyperNode>> {
+        let objects = self.hypernodes.read().unwrap_or_else(PoisonError::into_inner);
+        objects.values().cloned().collect()
     }
 
     fn pods_on_node(&self, name: &str) -> Vec<Arc<Pod>> {

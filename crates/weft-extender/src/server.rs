@@ -538,8 +538,12 @@ impl ExtenderState {
             .collect();
         let quality = self.cfg.score_config.set_quality;
         let ask = (request.gpus, &request.vfs);
-        gang::plan_over(&self.cfg.network_levels, &plan_nodes, count, ask, &member.constraint, anchors, over, quality)
-            .map_err(Ok)
+        let hypernodes: Vec<weft_gang::HyperNode> = match self.cfg.network_levels {
+            gang::NetworkLevels::Auto => self.view.hypernodes().iter().map(|h| (**h).clone()).collect(),
+            gang::NetworkLevels::Levels(_) => Vec::new(),
+        };
+        let network = (&self.cfg.network_levels, &hypernodes[..]);
+        gang::plan_over(network, &plan_nodes, count, ask, &member.constraint, anchors, over, quality).map_err(Ok)
     }
 }
 

@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use rustc_hash::FxHashMap;
 
 use crate::gang::PodGroupSpec;
+use weft_gang::HyperNode;
 
 /// Read access to nodes and the pods bound to them. Implementations are caches: lookups are cheap
 /// and never block on the network.
@@ -30,6 +31,10 @@ pub trait ClusterView: Send + Sync {
     /// The Volcano PodGroup `namespace/name`'s spec, if the view knows it.
     fn pod_group(&self, _namespace: &str, _name: &str) -> Option<Arc<PodGroupSpec>> {
         None
+    }
+    /// Volcano's HyperNodes, when the cluster has any (the network gang plans read first).
+    fn hypernodes(&self) -> Vec<Arc<HyperNode>> {
+        Vec::new()
     }
     /// Whether the view has completed its initial sync (drives `/readyz`).
     fn is_ready(&self) -> bool {
@@ -54,6 +59,7 @@ pub struct InMemoryView {
     nodes: RwLock<FxHashMap<String, Arc<Node>>>,
     pods: RwLock<FxHashMap<String, Vec<Arc<Pod>>>>,
     pod_groups: RwLock<FxHashMap<(String, String), Arc<PodGroupSpec>>>,
+    hypernodes: RwLock<Vec<Arc<HyperNode>>>,
     /// Bumped on every pod change (one counter for all nodes: a change anywhere invalidates
     /// everything, which is correct and simple for tests and the simulator).
     revision: std::sync::atomic::AtomicU64,
@@ -66,6 +72,7 @@ impl Default for InMemoryView {
             nodes: RwLock::default(),
             pods: RwLock::default(),
             pod_groups: RwLock::default(),
+            hypernodes: RwLock::default(),
             revision: std::sync::atomic::AtomicU64::new(0),
             ready: AtomicBool::new(true),
         }
@@ -116,6 +123,11 @@ impl InMemoryView {
         self.pod_groups.write().unwrap_or_else(PoisonError::into_inner).insert(key, Arc::new(spec));
     }
 
+    /// Add a Volcano HyperNode.
+    pub fn insert_hypernode(&self, hypernode: HyperNode) {
+        self.hypernodes.write().unwrap_or_else(PoisonError::into_inner).push(Arc::new(hypernode));
+    }
+
     /// Set what [`ClusterView::is_ready`] answers.
     pub fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::Release);
@@ -137,6 +149,10 @@ impl ClusterView for InMemoryView {
             self.nodes.read().unwrap_or_else(PoisonError::into_inner).keys().cloned().collect();
         names.sort();
         names
+    }
+
+    fn hypernodes(&self) -> Vec<Arc<HyperNode>> {
+        self.hypernodes.read().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     fn pod_group(&self, namespace: &str, name: &str) -> Option<Arc<PodGroupSpec>> {

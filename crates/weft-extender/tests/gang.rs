@@ -39,13 +39,31 @@ struct Cluster {
     view: Arc<KubeClusterView>,
 }
 
+/// How the test cluster describes its network.
+#[derive(Clone, Copy, PartialEq)]
+enum Network {
+    /// Spine and leaf node labels, read with `--network-levels example.com/spine,example.com/leaf`.
+    Labels,
+    /// Volcano HyperNodes (leaf-a, leaf-b at tier 1 named `leaf`, spine-1 at tier 2 over both), no
+    /// network labels, and the extender's default network source.
+    HyperNodes,
+}
+
 async fn cluster() -> Cluster {
+    cluster_with(Network::Labels).await
+}
+
+async fn cluster_with(network: Network) -> Cluster {
     let topologies: Vec<_> = NODES.iter().map(|(n, _)| (*n, common::pcie_only(n, 8))).collect();
     let api = common::api_with_nodes(&topologies).await;
     let nodes: Api<Node> = Api::all(api.client());
-    for (name, leaf) in NODES {
-        let labels = json!({"metadata": {"labels": {SPINE: "s1", LEAF: leaf}}});
-        nodes.patch(name, &PatchParams::default(), &Patch::Merge(&labels)).await.unwrap();
+    if network == Network::Labels {
+        for (name, leaf) in NODES {
+            let labels = json!({"metadata": {"labels": {SPINE: "s1", LEAF: leaf}}});
+            nodes.patch(name, &PatchParams::default(), &Patch::Merge(&labels)).await.unwrap();
+        }
+    } else {
+        create_hypernodes(&api).await;
     }
     // Volcano's PodGroup CRD (only what the fake API server needs to serve it).
     let crd: CustomResourceDefinition = serde_json::from_value(json!({
@@ -60,9 +78,22 @@ async fn cluster() -> Cluster {
     Api::<CustomResourceDefinition>::all(api.client()).create(&PostParams::default(), &crd).await.unwrap();
     let view = Arc::new(KubeClusterView::spawn(api.client()));
     guard("the view to sync", view.wait_until_ready()).await;
-    let cfg = ExtenderConfig {
-        network_levels: weft_extender::gang::NetworkLevels::Levels(LabelLevels::new(&[SPINE, LEAF])),
-        ..ExtenderConfig::default()
+    let cfg = match network {
+        Network::Labels => ExtenderConfig {
+            network_levels: weft_extender::gang::NetworkLevels::Levels(LabelLevels::new(&[SPINE, LEAF])),
+            ..ExtenderConfig::default()
+        },
+        Network::HyperNodes => {
+            let mut changes = view.changes();
+            guard("the HyperNodes in the view", async {
+                use weft_extender::ClusterView;
+                while view.hypernodes().len() < 3 {
+                    changes.changed().await.unwrap();
+                }
+            })
+            .await;
+            ExtenderConfig::default()
+        }
     };
     let state = Arc::new(
         ExtenderState::new(view.clone(), cfg)
@@ -72,6 +103,35 @@ async fn cluster() -> Cluster {
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(weft_extender::serve(listener, state, Default::default(), std::future::pending()));
     Cluster { api, base, http: reqwest::Client::new(), view }
+}
+
+/// Volcano's HyperNode CRD and the test cluster's three HyperNodes, as Volcano's docs write them.
+async fn create_hypernodes(api: &FakeApiServer) {
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "hypernodes.topology.volcano.sh"},
+        "spec": {"group": "topology.volcano.sh", "scope": "Cluster",
+            "names": {"plural": "hypernodes", "singular": "hypernode", "kind": "HyperNode", "listKind": "HyperNodeList"},
+            "versions": [{"name": "v1alpha1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+    }))
+    .unwrap();
+    Api::<CustomResourceDefinition>::all(api.client()).create(&PostParams::default(), &crd).await.unwrap();
+    let resource = weft_extender::kube_view::volcano_hypernode_resource();
+    let hypernodes: Api<DynamicObject> = Api::all_with(api.client(), &resource);
+    let member = |kind: &str, name: &str| json!({"type": kind, "selector": {"exactMatch": {"name": name}}});
+    for (name, tier, tier_name, members) in [
+        ("leaf-a", 1, "leaf", vec![member("Node", "a1"), member("Node", "a2")]),
+        ("leaf-b", 1, "leaf", vec![member("Node", "b1"), member("Node", "b2"), member("Node", "b3")]),
+        ("spine-1", 2, "spine", vec![member("HyperNode", "leaf-a"), member("HyperNode", "leaf-b")]),
+    ] {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "topology.volcano.sh/v1alpha1", "kind": "HyperNode", "metadata": {"name": name},
+            "spec": {"tier": tier, "tierName": tier_name, "members": members}
+        }))
+        .unwrap();
+        hypernodes.create(&PostParams::default(), &obj).await.unwrap();
+    }
 }
 
 impl Cluster {
@@ -264,6 +324,30 @@ async fn a_volcano_job_with_hard_network_topology_lands_in_one_leaf_through_vc_s
         .filter(|r| r.resource != "customresourcedefinitions")
         .collect();
     assert!(extender_requests.iter().any(|r| r.resource == "podgroups" && r.verb == weft_fakeapi::Verb::Watch));
+    common::rbac::assert_granted(&extender_requests, &["base/scheduler-extender/rbac.yaml"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volcano_job_lands_in_one_hypernode_of_its_highest_tier_when_the_cluster_has_hypernodes() {
+    let c = cluster_with(Network::HyperNodes).await;
+    c.pod_group("job-3", 3, json!({"mode": "hard", "highestTierAllowed": 1})).await;
+    let annotation = [(VOLCANO_GROUP_ANNOTATION, "job-3")];
+    let mut nodes = BTreeSet::new();
+    for (i, last) in [(0, false), (1, true), (2, false)] {
+        let pod = c.pod(&format!("j3-{i}"), 8, &annotation, None).await;
+        nodes.insert(c.schedule(&pod, last).await.unwrap_or_else(|f| panic!("j3-{i}: {f}")));
+    }
+    assert_eq!(nodes, BTreeSet::from(["b1".to_string(), "b2".into(), "b3".into()]));
+    let note = note_of(&c.get("j3-0").await);
+    assert_eq!((note.domain.as_str(), note.tier.as_str()), ("leaf-b", "leaf"), "{note:?}");
+    // The HyperNode watch is granted by the extender's RBAC.
+    let extender_requests: Vec<_> = c
+        .api
+        .requests()
+        .into_iter()
+        .filter(|r| r.resource == "hypernodes" && r.verb != weft_fakeapi::Verb::Create)
+        .collect();
+    assert!(extender_requests.iter().any(|r| r.verb == weft_fakeapi::Verb::Watch), "{extender_requests:?}");
     common::rbac::assert_granted(&extender_requests, &["base/scheduler-extender/rbac.yaml"]);
 }
 

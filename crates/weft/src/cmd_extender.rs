@@ -88,7 +88,8 @@ pub struct ExtenderArgs {
     /// The node labels that describe the cluster's network for gang plans, top (broadest) tier
     /// first, comma-separated; a key ending in `?` is optional (nodes without it are in no domain
     /// of that tier), e.g. `example.com/spine,example.com/leaf,nvidia.com/gpu.clique?`. Default:
-    /// NVIDIA Topograph's labels, with GFD's GPU clique innermost.
+    /// Volcano's HyperNodes when the cluster has any, else NVIDIA Topograph's labels with GFD's
+    /// GPU clique innermost.
     #[arg(long, value_name = "KEYS", value_parser = network_levels)]
     network_levels: Option<LabelLevels>,
     /// The old spelling of --reservation-ttl, in seconds.
@@ -169,7 +170,7 @@ pub fn run(a: ExtenderArgs) -> anyhow::Result<()> {
         cache_limits: CacheLimits { max_nodes: a.cache_max_nodes, max_bytes: a.cache_max_bytes },
         reservation_ttl: a.reservation_ttl_seconds.unwrap_or(a.reservation_ttl),
         gang_plan_ttl: a.gang_plan_ttl,
-        network_levels: a.network_levels.clone().map_or(NetworkLevels::Topograph, NetworkLevels::Levels),
+        network_levels: a.network_levels.clone().map_or(NetworkLevels::Auto, NetworkLevels::Levels),
     };
     let tls = match (&a.tls_cert_file, &a.tls_key_file) {
         (Some(cert), Some(key)) => {
