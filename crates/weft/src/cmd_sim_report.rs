@@ -270,6 +270,20 @@ fn range(values: impl Iterator<Item = f64>, from_zero: bool) -> std::ops::Range<
     lo..hi + (hi - lo) * 0.05
 }
 
+/// Tick labels with as many decimals as the axis span needs: none from a span of 10 up, one from
+/// 1, two below.
+fn tick_format(r: &std::ops::Range<f64>) -> impl Fn(&f64) -> String {
+    let span = r.end - r.start;
+    let decimals = if span >= 10.0 {
+        0
+    } else if span >= 1.0 {
+        1
+    } else {
+        2
+    };
+    move |v: &f64| format!("{v:.decimals$}")
+}
+
 /// A line chart: one line per policy.
 fn line_chart(
     title: &str,
@@ -284,15 +298,18 @@ fn line_chart(
         root.fill(&WHITE).map_err(plot_err)?;
         let xs = range(series.iter().flat_map(|(_, p)| p.iter().map(|v| v.0)), false);
         let ys = y_range.unwrap_or_else(|| range(series.iter().flat_map(|(_, p)| p.iter().map(|v| v.1)), true));
+        let (x_fmt, y_fmt) = (tick_format(&xs), tick_format(&ys));
         let mut chart = ChartBuilder::on(&root)
             .caption(title, ("sans-serif", 18))
             .margin(12)
             .x_label_area_size(44)
             .y_label_area_size(64)
-            .build_cartesian_2d(xs, ys)
+            .build_cartesian_2d(xs.clone(), ys.clone())
             .map_err(plot_err)?;
         chart
             .configure_mesh()
+            .x_label_formatter(&x_fmt)
+            .y_label_formatter(&y_fmt)
             .x_desc(x_desc)
             .y_desc(y_desc)
             .light_line_style(RGBColor(238, 238, 238))

@@ -232,8 +232,87 @@ fn documented_command_output_is_what_the_code_prints() {
             }
         }
     }
+    problems.extend(pictures(&bin, &root, regen));
     assert!(problems.is_empty(), "{}", problems.join("\n\n"));
     assert!(seen > 0, "no generated blocks found: README.md's simulate numbers should be one");
+}
+
+/// Pictures in docs/img/ that are charts of `weft simulate --report`: the file, the simulate
+/// arguments, and the id of the report's figure whose SVG the file holds. Charts carry no run
+/// time, so the file must be exactly what the code draws.
+const PICTURES: &[(&str, &[&str], &str)] = &[
+    ("docs/img/simulate-ring-cdf.svg", &["simulate"], "ring-cdf"),
+    ("docs/img/simulate-vf-cdf.svg", &["simulate"], "vf-cdf"),
+];
+
+/// The SVG of the figure `id` in a report.
+fn figure_svg(html: &str, id: &str) -> Option<String> {
+    let figure = html.split(&format!("<figure class=\"chart\" id=\"{id}\">")).nth(1)?;
+    let end = figure.find("</svg>")? + "</svg>".len();
+    figure[..end].starts_with("<svg").then(|| format!("{}\n", &figure[..end]))
+}
+
+/// Check (or with `regen`, rewrite) every file of [`PICTURES`]; the problems found.
+fn pictures(bin: &Path, root: &Path, regen: bool) -> Vec<String> {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let mut problems = Vec::new();
+    let mut reports: Vec<(&[&str], String)> = Vec::new();
+    for &(file, args, id) in PICTURES {
+        if !reports.iter().any(|(a, _)| *a == args) {
+            let path = dir.path().join(format!("report-{}.html", reports.len()));
+            let out =
+                Command::new(bin).args(args).arg("--report").arg(&path).current_dir(root).output().expect("weft runs");
+            if !out.status.success() {
+                problems
+                    .push(format!("{file}: weft {args:?} --report failed: {}", String::from_utf8_lossy(&out.stderr)));
+                continue;
+            }
+            reports.push((args, std::fs::read_to_string(&path).expect("report written")));
+        }
+        let Some((_, html)) = reports.iter().find(|(a, _)| *a == args) else { continue };
+        let Some(drawn) = figure_svg(html, id) else {
+            problems.push(format!("{file}: the report has no chart '{id}'"));
+            continue;
+        };
+        let path = root.join(file);
+        if regen {
+            std::fs::write(&path, &drawn).unwrap_or_else(|e| panic!("{file}: {e}"));
+            eprintln!("rewrote {file}");
+        } else if std::fs::read_to_string(&path).ok().as_deref() != Some(drawn.as_str()) {
+            problems.push(format!(
+                "{file}: not the '{id}' chart that weft {} --report draws now (run scripts/regen-docs.sh)",
+                args.join(" ")
+            ));
+        }
+    }
+    problems
+}
+
+/// README's first screen (its first 60 lines) keeps its two commands at the top, then shows the
+/// table as `weft simulate` prints it (a generated block, checked above) and pictures from the
+/// report (checked above).
+#[test]
+fn readme_first_screen_shows_the_table_and_pictures_from_the_report() {
+    let text = std::fs::read_to_string(repo_root().join("README.md")).expect("README.md");
+    let first: Vec<&str> = text.lines().take(60).collect();
+    assert_eq!(
+        first[..6],
+        [
+            "# weft",
+            "",
+            "```sh",
+            "cargo run --release -p weft -- simulate      # the main job: weft's GPU placement vs topology-blind baselines",
+            "bash scripts/test-all.sh                     # the whole test suite (as root; installs what it needs)",
+            "```",
+        ],
+        "the two commands at the top"
+    );
+    let screen = first.join("\n");
+    let b = blocks(&screen).unwrap_or_else(|e| panic!("README's first screen: {e}"));
+    assert!(b.iter().any(|b| b.command == "weft simulate" && b.checked), "the table of `weft simulate`: {b:?}");
+    for (file, _, _) in PICTURES {
+        assert!(screen.contains(&format!("]({file})")), "README's first screen shows {file}");
+    }
 }
 
 #[test]
