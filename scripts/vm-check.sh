@@ -27,8 +27,11 @@ die() {
 target="$(realpath -m "${CARGO_TARGET_DIR:-target}")"
 vm="$target/vm"
 # The whole VM run (boot, module loads, the tests, power-off). Under TCG on CI's 2 cores it takes
-# ~2-3 minutes; the limit leaves room for a loaded machine and bounds a hang.
-vm_timeout="${WEFT_VM_TIMEOUT:-420}"
+# ~3 minutes; the limit leaves room for a loaded machine and bounds a hang.
+vm_timeout="${WEFT_VM_TIMEOUT:-480}"
+# One test in the VM (the RDMA conformance suite is the longest: ~2 min under TCG); one that runs
+# past it is killed with its kernel stacks printed, and the rest still run.
+test_limit="${WEFT_VM_TEST_LIMIT:-240}"
 tests_file=scripts/vm/tests.txt
 summary="$target/vm-check.txt"
 rm -f "$summary"
@@ -113,6 +116,7 @@ cp scripts/vm/init "$root/init"
 chmod +x "$root/init"
 awk 'NF && $1 !~ /^#/' "$tests_file" >"$root/weft/tests.txt"
 echo "${modules[*]}" >"$root/weft/modules.txt"
+echo "$test_limit" >"$root/weft/test-limit"
 mkdir -p "$root/usr/lib/modules"
 cp -r "$kdir/modules/$kver" "$root/usr/lib/modules/$kver"
 busybox depmod -b "$root" "$kver"
@@ -188,6 +192,10 @@ elif [ "$end_rc" != 0 ]; then
   problems+=("the VM's run ended with status $end_rc")
 fi
 grep -q '^WEFT-VM-SETUP-FAILED' "$serial.txt" && problems+=("$(grep '^WEFT-VM-SETUP-FAILED' "$serial.txt")")
+while read -r hung; do
+  hung="${hung#WEFT-VM-HUNG }"
+  problems+=("${hung%%;*} (killed; its kernel stacks are in the serial log)")
+done < <(grep -o 'WEFT-VM-HUNG.*' "$serial.txt" || true)
 ledger="$(sed -n '/^WEFT-VM-LEDGER-BEGIN$/,/^WEFT-VM-LEDGER-END$/p' "$serial.txt" | sed '1d;$d')"
 [ -z "$ledger" ] || problems+=("tests skipped in the VM: $(printf '%s' "$ledger" | tr '\t\n' ' ;')")
 ran=()
