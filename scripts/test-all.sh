@@ -55,19 +55,20 @@ test_log="$(realpath -m "${CARGO_TARGET_DIR:-target}")/test-all.log"
 # What the VM step ran (scripts/vm-check.sh writes it); printed with the summary.
 vm_summary="$(realpath -m "${CARGO_TARGET_DIR:-target}")/vm-check.txt"
 rm -f "$vm_summary"
+# The suite is built as the image ships weft: with the `nvml` feature (Dockerfile), so the NVML
+# tests run (here without the driver's library: the library-absent path, for real) at no extra
+# build. Every later cargo call of this script that builds tests uses the same features (the
+# workspace with --test/--bench picks the target), so none rebuilds a crate the suite built.
+export WEFT_SUITE_FEATURES=weft/nvml,weft-transport/rdma,weft-transport/gpu
 skip_summary() {
   log "what ran and what skipped (${test_log}, ${CARGO_TARGET_DIR:-target}/skip-ledger)"
   local status=0
-  WEFT_TEST_LOG="$test_log" cargo test -p weft-testkit --test skip_summary --locked -q -- --ignored --nocapture ||
-    status=$?
+  WEFT_TEST_LOG="$test_log" cargo test --workspace --features "$WEFT_SUITE_FEATURES" --test skip_summary --locked -q \
+    -- --ignored --nocapture || status=$?
   if [ -f "$vm_summary" ]; then cat "$vm_summary"; else echo "VM (scripts/vm-check.sh): not run"; fi
   return "$status"
 }
 trap 'rc=$?; skip_summary || rc=1; exit $rc' EXIT
-# The suite is built as the image ships weft: with the `nvml` feature (Dockerfile), so the NVML
-# tests run (here without the driver's library: the library-absent path, for real) at no extra
-# build. scripts/vm-check.sh builds its test binaries with the same features, reusing this build.
-export WEFT_SUITE_FEATURES=weft/nvml,weft-transport/rdma,weft-transport/gpu
 cargo test --workspace --features "$WEFT_SUITE_FEATURES" --locked --no-fail-fast 2>&1 | tee "$test_log"
 
 log "cgroup v2 and Soft-RoCE: the allow-listed tests this host cannot run, in Debian's kernel under qemu"
@@ -81,10 +82,10 @@ log "weft simulate --matrix, the small cells (weft against the baselines; a loss
 "${CARGO_TARGET_DIR:-target}/debug/weft" simulate --matrix crates/weft-sim/scenarios/matrix.yaml --small-only
 
 log "RBAC: every rule of deploy/'s roles exercised by some test (the ledger the suite just wrote)"
-cargo test -p weft-testkit --test rbac_exercised --locked -- --ignored --nocapture
+cargo test --workspace --features "$WEFT_SUITE_FEATURES" --test rbac_exercised --locked -- --ignored --nocapture
 
 log "weft-transport's side-by-side bench, quick smoke run (real nats-server; every path checked for loss and duplicates)"
-cargo test -p weft-transport --bench transport --locked
+cargo test --workspace --features "$WEFT_SUITE_FEATURES" --bench transport --locked
 
 # The fuzz targets (fuzz/, scripts/fuzz.sh) are not run here: their instrumented nightly build
 # shares nothing with this one and costs ~26 min of two cores cold, which would take a cold run of
