@@ -308,7 +308,7 @@ fn the_report_lists_what_ran_and_marks_each_skip_allowed_or_unexplained() {
 /// scripts/gpu-check.sh runs every test binary that holds an allowed GPU skip (it runs them with
 /// the allow-list off, so a GPU test it left out would skip unseen everywhere).
 #[test]
-fn the_gpu_check_runs_every_binary_with_an_allowed_gpu_skip() {
+fn the_gpu_check_runs_every_binary_holding_an_allowed_gpu_test() {
     let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/gpu-check.sh");
     let script = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
     for (binary, test, _) in ALLOWED_SKIPS.iter().filter(|(b, _, _)| GPU_BINARIES.contains(b)) {
