@@ -214,3 +214,47 @@ fn jobs_files_merge_generated_and_listed_jobs() {
     assert!(e.contains("jobs[0] ('a')") && e.contains("weft.io/network-topology"), "{e}");
     let _ = TierRef::Number(1);
 }
+
+/// weft pod by pod: members one by one on the best-scored node, whole jobs or nothing (a member
+/// that fits nowhere leaves no trace), constraints not read; the gang plan keeps them.
+#[test]
+fn weft_pods_is_per_pod_and_all_or_nothing() {
+    let net = net();
+    let free: Vec<u128> = net.cluster.nodes.iter().map(|n| if n.name.starts_with("h100") { 0xff } else { 0 }).collect();
+    let hard_leaf = weft_sim::jobs::JobAsk {
+        members: 5,
+        gpus: 8,
+        constraint: Some(TierConstraint::hard(TierRef::Name(LEAF_LABEL.into()))),
+    };
+    let mut pods = JobPolicyKind::WeftPods.build(&net, &Default::default()).unwrap();
+    let mut gang = JobPolicyKind::WeftGang.build(&net, &Default::default()).unwrap();
+    // The policies' indexes hear of the trays being taken, as the engine tells them.
+    let all = |n: usize| (1u128 << net.cluster.types[net.cluster.nodes[n].node_type].topology.gpu_count()) - 1;
+    for (n, &f) in free.iter().enumerate() {
+        if f != all(n) {
+            pods.changed(n, all(n), f);
+            gang.changed(n, all(n), f);
+        }
+    }
+    assert!(gang.place(&net, &free, &hard_leaf).is_none(), "no leaf of 4 H100 nodes holds 5");
+    let placed = pods.place(&net, &free, &hard_leaf).expect("weft-pods does not read the constraint");
+    assert_eq!(placed.len(), 5);
+    assert!(placed.iter().all(|&(_, m)| m == 0xff));
+    // Nine whole nodes do not fit eight; the failed try leaves the index as it was.
+    let nine = weft_sim::jobs::JobAsk { members: 9, gpus: 8, constraint: None };
+    assert!(pods.place(&net, &free, &nine).is_none());
+    let two = weft_sim::jobs::JobAsk { members: 2, gpus: 4, constraint: None };
+    let mut other = JobPolicyKind::WeftPods.build(&net, &Default::default()).unwrap();
+    for (n, &f) in free.iter().enumerate() {
+        if f != all(n) {
+            other.changed(n, all(n), f);
+        }
+    }
+    let fresh = other.place(&net, &free, &two);
+    assert_eq!(pods.place(&net, &free, &two), fresh);
+    assert_eq!(
+        fresh.as_ref().map(|p| p[0].0 == p[1].0),
+        Some(true),
+        "both halves of one node: fewer free GPUs after the first"
+    );
+}

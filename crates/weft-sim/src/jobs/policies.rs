@@ -72,6 +72,8 @@ pub struct WeftPods {
     cache: ScoreCache,
     groups: FxHashMap<(usize, u128), BTreeSet<usize>>,
     node_type: Vec<usize>,
+    /// (type, free GPUs, count) → the score and the set.
+    fits: FxHashMap<(usize, u128, usize), Option<(u8, u128)>>,
 }
 
 impl WeftPods {
@@ -87,6 +89,7 @@ impl WeftPods {
             cache: ScoreCache::new(),
             groups,
             node_type: net.cluster.nodes.iter().map(|n| n.node_type).collect(),
+            fits: FxHashMap::default(),
         }
     }
 }
@@ -104,25 +107,28 @@ impl JobPolicy for WeftPods {
         for _ in 0..job.members {
             // (Reverse(score), free GPUs, node) → the least wins; and the set.
             let mut best: Option<(RankKey, u128)> = None;
-            let mut consider = |cache: &mut ScoreCache, t: usize, mask: u128, node: usize| {
+            let (cache, fits, config, groups) = (&mut self.cache, &mut self.fits, &self.config, &self.groups);
+            let mut consider = |t: usize, mask: u128, node: usize| {
                 if (mask.count_ones() as usize) < job.gpus {
                     return;
                 }
-                let Ok(fit) = cache.score(&c.types[t].prepared, &mask_gpus(mask), job.gpus, &self.config) else {
-                    return;
-                };
-                let key = (Reverse(fit.score), mask.count_ones(), node);
+                let fit = *fits.entry((t, mask, job.gpus)).or_insert_with(|| {
+                    let fit = cache.score(&c.types[t].prepared, &mask_gpus(mask), job.gpus, config).ok()?;
+                    Some((fit.score, to_mask(&fit.gpus)))
+                });
+                let Some((score, set)) = fit else { return };
+                let key = (Reverse(score), mask.count_ones(), node);
                 if best.as_ref().is_none_or(|(k, _)| key < *k) {
-                    best = Some((key, to_mask(&fit.gpus)));
+                    best = Some((key, set));
                 }
             };
-            for (&(t, mask), nodes) in &self.groups {
+            for (&(t, mask), nodes) in groups {
                 if let Some(&n) = nodes.iter().find(|n| !touched.iter().any(|(x, _)| x == *n)) {
-                    consider(&mut self.cache, t, mask, n);
+                    consider(t, mask, n);
                 }
             }
             for &(n, mask) in &touched {
-                consider(&mut self.cache, c.nodes[n].node_type, mask, n);
+                consider(c.nodes[n].node_type, mask, n);
             }
             let ((_, _, node), set) = best?;
             match touched.iter_mut().find(|(x, _)| *x == node) {
@@ -132,6 +138,10 @@ impl JobPolicy for WeftPods {
             out.push((node, set));
         }
         Some(out)
+    }
+
+    fn honours_constraints(&self) -> bool {
+        false
     }
 
     fn changed(&mut self, node: usize, before: u128, after: u128) {

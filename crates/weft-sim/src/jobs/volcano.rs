@@ -47,6 +47,16 @@ pub const FADING: f64 = 0.8;
 /// Volcano's node per member (in task order), or None when the job does not fit. `free[i]` is node
 /// i's idle GPUs.
 pub fn decide(net: &NetCluster, free: &[u32], job: &JobAsk) -> Option<Vec<usize>> {
+    decide_in(net, &lowest_hypernodes(net), free, job)
+}
+
+/// Each node's HyperNode at the globally lowest tier (`FindHyperNodeForNode`).
+pub fn lowest_hypernodes(net: &NetCluster) -> Vec<Option<usize>> {
+    (0..net.cluster.nodes.len()).map(|n| net.domain_at(n, 0)).collect()
+}
+
+/// [`decide`] with [`lowest_hypernodes`] computed once.
+pub fn decide_in(net: &NetCluster, lowest_hn: &[Option<usize>], free: &[u32], job: &JobAsk) -> Option<Vec<usize>> {
     let m = &net.model;
     let root = m.tiers().len() - 1;
     let limit = match &job.constraint {
@@ -58,7 +68,7 @@ pub fn decide(net: &NetCluster, free: &[u32], job: &JobAsk) -> Option<Vec<usize>
             (Mode::Hard, Some(TierRef::Name(name))) => Some(m.tier_by_name(name)?),
         },
     };
-    let st = State::new(net, free, job.gpus);
+    let st = State::new(net, lowest_hn, free, job.gpus);
     match limit {
         Some(limit) => st.hard(job, limit),
         None => st.normal(job),
@@ -74,11 +84,11 @@ struct State<'a> {
     used: Vec<u64>,
     slots: Vec<u64>,
     /// Per node: its HyperNode at the lowest tier.
-    lowest_hn: Vec<Option<usize>>,
+    lowest_hn: &'a [Option<usize>],
 }
 
 impl<'a> State<'a> {
-    fn new(net: &'a NetCluster, free: &[u32], g: usize) -> State<'a> {
+    fn new(net: &'a NetCluster, lowest_hn: &'a [Option<usize>], free: &[u32], g: usize) -> State<'a> {
         let m = &net.model;
         let c = &net.cluster;
         let order = m.order();
@@ -94,7 +104,6 @@ impl<'a> State<'a> {
         let alloc: Vec<u64> = (0..nd).map(|d| range(&ap, d)).collect();
         let used: Vec<u64> = (0..nd).map(|d| alloc[d] - range(&ip, d)).collect();
         let slots = (0..nd).map(|d| range(&sp, d)).collect();
-        let lowest_hn = (0..c.nodes.len()).map(|n| net.domain_at(n, 0)).collect();
         State { net, free: free.to_vec(), g: g as u32, alloc, used, slots, lowest_hn }
     }
 
@@ -105,16 +114,14 @@ impl<'a> State<'a> {
 
     fn lca(&self, a: usize, b: usize) -> usize {
         let m = &self.net.model;
-        let mut chain = Vec::with_capacity(8);
-        let mut x = Some(a);
-        while let Some(d) = x {
-            chain.push(d);
-            x = m.domains()[d].parent;
-        }
         let mut y = Some(b);
         while let Some(d) = y {
-            if chain.contains(&d) {
-                return d;
+            let mut x = Some(a);
+            while let Some(e) = x {
+                if e == d {
+                    return d;
+                }
+                x = m.domains()[e].parent;
             }
             y = m.domains()[d].parent;
         }
@@ -212,43 +219,37 @@ impl<'a> State<'a> {
         let tiers = m.tiers().len();
         let weights: Vec<f64> = (0..tiers).map(|t| FADING.powi(m.tiers()[t].number as i32 - 1)).collect();
         let wsum: f64 = weights.iter().sum();
-        // Groups of nodes with the same HyperNodes: each domain's direct nodes.
-        let groups: Vec<usize> = (0..m.domains().len()).filter(|&d| !m.domains()[d].direct.is_empty()).collect();
+        // Groups of nodes with the same HyperNodes: each domain's direct nodes, in the model's order.
+        let mut groups: Vec<usize> = (0..m.domains().len()).filter(|&d| !m.domains()[d].direct.is_empty()).collect();
+        groups.sort_by_key(|&d| m.domains()[d].direct.start);
+        let mut tau = vec![1.0; tiers];
         let mut out = Vec::with_capacity(job.members);
         for _ in 0..job.members {
             let req = u64::from(self.g);
-            let mut ranked: Vec<(f64, usize)> = groups
-                .iter()
-                .map(|&d| {
-                    // τ per tier along the chain from d up.
-                    let mut tau = vec![1.0; tiers];
-                    let mut x = Some(d);
-                    while let Some(e) = x {
-                        let t = m.domains()[e].tier;
-                        tau[t] = if self.used[e] + req > self.alloc[e] {
-                            0.0
-                        } else {
-                            (self.used[e] + req) as f64 / self.alloc[e] as f64
-                        };
-                        x = m.domains()[e].parent;
-                    }
-                    let s: f64 = weights.iter().zip(&tau).map(|(w, t)| w * t).sum::<f64>() / wsum;
-                    (s, d)
-                })
-                .collect();
-            ranked.sort_by(|a, b| {
-                b.0.total_cmp(&a.0).then(m.domains()[a.1].direct.start.cmp(&m.domains()[b.1].direct.start))
-            });
-            let mut chosen = None;
-            'groups: for &(_, d) in &ranked {
-                for p in m.domains()[d].direct.clone() {
-                    let n = m.order()[p];
-                    if self.free[n] >= self.g {
-                        chosen = Some((n, d));
-                        break 'groups;
-                    }
+            // The highest score among groups with a node that fits, the first in order among equals.
+            let mut chosen: Option<(f64, usize, usize)> = None;
+            for &d in &groups {
+                // τ per tier along the chain from d up, 1 where the node has no HyperNode.
+                tau.fill(1.0);
+                let mut x = Some(d);
+                while let Some(e) = x {
+                    let t = m.domains()[e].tier;
+                    tau[t] = if self.used[e] + req > self.alloc[e] {
+                        0.0
+                    } else {
+                        (self.used[e] + req) as f64 / self.alloc[e] as f64
+                    };
+                    x = m.domains()[e].parent;
+                }
+                let s: f64 = weights.iter().zip(&tau).map(|(w, t)| w * t).sum::<f64>() / wsum;
+                if chosen.is_some_and(|(b, _, _)| s <= b) {
+                    continue;
+                }
+                if let Some(p) = m.domains()[d].direct.clone().find(|&p| self.free[m.order()[p]] >= self.g) {
+                    chosen = Some((s, m.order()[p], d));
                 }
             }
+            let chosen = chosen.map(|(_, n, d)| (n, d));
             let (n, d) = chosen?;
             self.free[n] -= self.g;
             let mut x = Some(d);
@@ -263,15 +264,15 @@ impl<'a> State<'a> {
 }
 
 /// [`decide`] with the device plugin's GPU sets.
-#[derive(Default)]
 pub struct Volcano {
     sets: DevicePluginSets,
+    lowest_hn: Vec<Option<usize>>,
 }
 
 impl Volcano {
-    /// The policy.
-    pub fn new(_net: &NetCluster) -> Volcano {
-        Volcano::default()
+    /// The policy over `net`.
+    pub fn new(net: &NetCluster) -> Volcano {
+        Volcano { sets: DevicePluginSets::default(), lowest_hn: lowest_hypernodes(net) }
     }
 }
 
@@ -282,7 +283,7 @@ impl JobPolicy for Volcano {
 
     fn place(&mut self, net: &NetCluster, free: &[u128], job: &JobAsk) -> Option<JobPlacement> {
         let counts: Vec<u32> = free.iter().map(|f| f.count_ones()).collect();
-        let nodes = decide(net, &counts, job)?;
+        let nodes = decide_in(net, &self.lowest_hn, &counts, job)?;
         self.sets.assign(net, free, &nodes, job.gpus)
     }
 }
