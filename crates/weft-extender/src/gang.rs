@@ -517,13 +517,58 @@ pub struct PlanNode<'a> {
     pub vfs_used: &'a BTreeSet<String>,
 }
 
-/// Plans `count` members asking `gpus` GPUs and `vfs` VFs each over `nodes` (pure), with
-/// `constraint`, so that they and the members already placed on `anchors` are within one domain
-/// the constraint allows: the tightest domain holding the anchors first, then its ancestors. `over`:
-/// the only nodes that may be used.
+/// The cluster's network as gang plans read it, for one list of nodes: built once per change of
+/// the nodes' names and labels or of the HyperNodes, and reused by every plan meanwhile.
+#[derive(Debug)]
+pub struct Network {
+    model: NetworkModel,
+    /// The nodes it was built for, in the order given.
+    names: Vec<String>,
+    /// Model node → position in `names`.
+    index: Vec<usize>,
+}
+
+impl Network {
+    /// The network of `nodes` (name and labels, in the view's order), from `hypernodes` when
+    /// `levels` is [`NetworkLevels::Auto`] and there are any, else from the labels.
+    pub fn build(
+        (levels, hypernodes): (&NetworkLevels, &[HyperNode]),
+        nodes: &[(&str, Option<&BTreeMap<String, String>>)],
+    ) -> Result<Network, String> {
+        let cluster: Vec<ClusterNode> = nodes
+            .iter()
+            .map(|(name, labels)| ClusterNode { name: name.to_string(), labels: labels.cloned().unwrap_or_default() })
+            .collect();
+        let network = |e: weft_gang::ModelError| format!("the cluster's network: {e}");
+        let mut model = match levels {
+            NetworkLevels::Auto if !hypernodes.is_empty() => {
+                weft_gang::from_hypernodes(hypernodes, &cluster).map_err(network)?
+            }
+            NetworkLevels::Auto => {
+                weft_gang::from_labels(&LabelLevels::topograph_for(&cluster), &cluster).map_err(network)?
+            }
+            NetworkLevels::Levels(l) => weft_gang::from_labels(l, &cluster).map_err(network)?,
+        };
+        model.rails_from_labels(&cluster).map_err(|e| format!("the cluster's rails: {e}"))?;
+        let by_name: FxHashMap<&str, usize> = nodes.iter().enumerate().map(|(i, (n, _))| (*n, i)).collect();
+        let index = (0..model.node_count()).map(|m| by_name.get(model.node_name(m)).copied().unwrap_or(0)).collect();
+        let names = cluster.into_iter().map(|c| c.name).collect();
+        Ok(Network { model, names, index })
+    }
+
+    /// Whether it was built for exactly these nodes, in this order.
+    pub fn is_for(&self, names: &[String]) -> bool {
+        self.names == names
+    }
+}
+
+/// Plans `count` members asking `gpus` GPUs and `vfs` VFs each over `nodes` (pure; the nodes
+/// `network` was built for, in its order), with `constraint`, so that they and the members already
+/// placed on `anchors` are within one domain the constraint allows: the tightest domain holding
+/// the anchors first, then its ancestors. `over`: the only nodes that may be used.
 #[allow(clippy::too_many_arguments)]
 pub fn plan_over(
-    (levels, hypernodes): (&NetworkLevels, &[HyperNode]),
+    network: &Network,
     nodes: &[PlanNode<'_>],
     count: usize,
     (gpus, vfs): (u64, &VfAsk),
@@ -532,23 +577,10 @@ pub fn plan_over(
     over: Option<&BTreeSet<String>>,
     quality: SetQuality,
 ) -> Result<Plan, String> {
-    let cluster: Vec<ClusterNode> = nodes
-        .iter()
-        .map(|n| ClusterNode { name: n.name.to_string(), labels: n.labels.cloned().unwrap_or_default() })
-        .collect();
-    let network = |e: weft_gang::ModelError| format!("the cluster's network: {e}");
-    let mut model = match levels {
-        NetworkLevels::Auto if !hypernodes.is_empty() => {
-            weft_gang::from_hypernodes(hypernodes, &cluster).map_err(network)?
-        }
-        NetworkLevels::Auto => {
-            weft_gang::from_labels(&LabelLevels::topograph_for(&cluster), &cluster).map_err(network)?
-        }
-        NetworkLevels::Levels(l) => weft_gang::from_labels(l, &cluster).map_err(network)?,
-    };
-    model.rails_from_labels(&cluster).map_err(|e| format!("the cluster's rails: {e}"))?;
-    let by_name: FxHashMap<&str, usize> = nodes.iter().enumerate().map(|(i, n)| (n.name, i)).collect();
-    let index: Vec<usize> = (0..model.node_count()).map(|m| by_name[model.node_name(m)]).collect();
+    if nodes.len() != network.names.len() || nodes.iter().zip(&network.names).any(|(n, m)| n.name != m) {
+        return Err("the cluster's nodes changed while planning; the next member plans again".into());
+    }
+    let (model, index) = (&network.model, &network.index);
     let free: Vec<NodeFree> = index
         .iter()
         .map(|&i| {
@@ -566,15 +598,15 @@ pub fn plan_over(
         constraint: constraint.clone(),
         rail_align: None,
     };
-    let mut sets = PreparedSets { nodes, index: &index, quality };
+    let mut sets = PreparedSets { nodes, index, quality };
     if anchors.is_empty() {
-        return weft_gang::plan(&model, &free, &gang, &mut sets).map_err(|e| e.to_string());
+        return weft_gang::plan(model, &free, &gang, &mut sets).map_err(|e| e.to_string());
     }
     // The whole group must share a domain: the anchors' tightest common one, then each ancestor
     // the constraint allows.
     let anchor_nodes: Vec<usize> = anchors.iter().filter_map(|a| model.node_index(a)).collect();
-    let limit = allowed_tier(&model, constraint)?;
-    let mut domain = common_domain(&model, &anchor_nodes);
+    let limit = allowed_tier(model, constraint)?;
+    let mut domain = common_domain(model, &anchor_nodes);
     let mut last = String::new();
     while let Some(d) = domain {
         let dom = &model.domains()[d];
@@ -587,7 +619,7 @@ pub fn plan_over(
             .enumerate()
             .map(|(m, f)| if inside.contains(&m) { f.clone() } else { NodeFree::default() })
             .collect();
-        match weft_gang::plan(&model, &narrowed, &gang, &mut sets) {
+        match weft_gang::plan(model, &narrowed, &gang, &mut sets) {
             Ok(mut p) => {
                 // The group's domain is this one (the rest may sit in a tighter one inside it).
                 p.domain = dom.name.clone();
@@ -801,6 +833,10 @@ mod tests {
         assert_eq!(gangs.held("n0", None), 0);
     }
 
+    fn names_of<'a>(nodes: &'a [PlanNode<'a>]) -> Vec<(&'a str, Option<&'a BTreeMap<String, String>>)> {
+        nodes.iter().map(|n| (n.name, n.labels)).collect()
+    }
+
     fn prepared(gpus: usize) -> PreparedTopology {
         PreparedTopology::new(weft_testkit::pcie_only("n", gpus)).unwrap()
     }
@@ -814,12 +850,16 @@ mod tests {
             .map(|name| PlanNode { name, labels: None, prepared: Some(&p), used: 0, vfs_used: &none })
             .collect();
         let soft = TierConstraint::soft();
-        let plan =
-            plan_over((&NetworkLevels::Auto, &[]), &nodes, 4, (4, &VfAsk::new()), &soft, &[], None, SetQuality::Ring)
-                .unwrap();
+        let network = Network::build((&NetworkLevels::Auto, &[]), &names_of(&nodes)).unwrap();
+        let plan = plan_over(&network, &nodes, 4, (4, &VfAsk::new()), &soft, &[], None, SetQuality::Ring).unwrap();
         assert_eq!(plan.domain, weft_gang::network::ROOT_TIER);
         assert_eq!(plan.members.len(), 4);
         assert_eq!(plan.nodes, 2, "two 4-GPU members per 8-GPU node");
+        // Built for other nodes (or another order): refused, not misread.
+        let mut swapped = nodes;
+        swapped.swap(0, 1);
+        let e = plan_over(&network, &swapped, 1, (4, &VfAsk::new()), &soft, &[], None, SetQuality::Ring).unwrap_err();
+        assert!(e.contains("nodes changed"), "{e}");
     }
 
     #[test]
@@ -836,15 +876,16 @@ mod tests {
         let levels = NetworkLevels::Levels(LabelLevels::new(&["s", "l"]));
         let hard = TierConstraint::hard(weft_gang::TierRef::Name("l".into()));
         let ask = (8, &VfAsk::new());
+        let network = Network::build((&levels, &[]), &names_of(&nodes)).unwrap();
         // One member placed on b1: the next goes to b2, not to the emptier leaf a.
-        let p1 = plan_over((&levels, &[]), &nodes, 1, ask, &hard, &["b1".into()], None, SetQuality::Ring).unwrap();
+        let p1 = plan_over(&network, &nodes, 1, ask, &hard, &["b1".into()], None, SetQuality::Ring).unwrap();
         assert_eq!((p1.members[0].node.as_str(), p1.domain.as_str()), ("b2", "b"));
         // Two more cannot both fit in b: refused under the hard leaf tier ...
-        let e = plan_over((&levels, &[]), &nodes, 2, ask, &hard, &["b1".into()], None, SetQuality::Ring).unwrap_err();
+        let e = plan_over(&network, &nodes, 2, ask, &hard, &["b1".into()], None, SetQuality::Ring).unwrap_err();
         assert!(e.contains("within b"), "{e}");
         // ... and widened to the spine under a soft constraint.
         let soft = TierConstraint::soft();
-        let p2 = plan_over((&levels, &[]), &nodes, 2, ask, &soft, &["b1".into()], None, SetQuality::Ring).unwrap();
+        let p2 = plan_over(&network, &nodes, 2, ask, &soft, &["b1".into()], None, SetQuality::Ring).unwrap();
         assert_eq!(p2.domain, "s1");
         let placed: BTreeSet<&str> = p2.members.iter().map(|m| m.node.as_str()).collect();
         assert_eq!(placed, BTreeSet::from(["a1", "b2"]));

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::pin::pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use futures::StreamExt;
@@ -73,7 +73,7 @@ fn watch_objects<T: Send + Sync + 'static>(
     resource: ApiResource,
     objects: Arc<Objects<T>>,
     read: fn(&DynamicObject) -> Option<T>,
-    changes: Arc<watch::Sender<u64>>,
+    (changes, revision): (Arc<watch::Sender<u64>>, Option<Arc<AtomicU64>>),
 ) -> JoinHandle<()> {
     let api = Api::<DynamicObject>::all_with(client, &resource);
     let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
@@ -107,6 +107,9 @@ fn watch_objects<T: Send + Sync + 'static>(
                 Event::InitDone => *objects = std::mem::take(&mut listing),
             }
             drop(objects);
+            if let Some(revision) = &revision {
+                revision.fetch_add(1, Ordering::AcqRel);
+            }
             changes.send_modify(|g| *g += 1);
         }
     })
@@ -154,6 +157,9 @@ impl std::fmt::Debug for KubeClusterView {
 #[derive(Default)]
 struct NodeIndex {
     by_name: RwLock<rustc_hash::FxHashMap<String, Arc<Node>>>,
+    /// [`ClusterView::network_revision`]: bumped when a node comes or goes or its labels change,
+    /// and by every HyperNode event.
+    network: Arc<AtomicU64>,
 }
 
 impl NodeIndex {
@@ -162,17 +168,23 @@ impl NodeIndex {
         match event {
             Event::Apply(node) => {
                 let name = node.metadata.name.clone().unwrap_or_default();
-                match store.get(&ObjectRef::from_obj(node)) {
+                let before = match store.get(&ObjectRef::from_obj(node)) {
                     Some(arc) => by_name.insert(name, arc),
                     None => by_name.remove(&name),
                 };
+                // Labels are the network: a heartbeat or a topology change leaves it as it was.
+                if before.is_none_or(|b| b.metadata.labels != node.metadata.labels) {
+                    self.network.fetch_add(1, Ordering::AcqRel);
+                }
             }
             Event::Delete(node) => {
                 by_name.remove(node.metadata.name.as_deref().unwrap_or_default());
+                self.network.fetch_add(1, Ordering::AcqRel);
             }
             Event::InitDone => {
                 *by_name =
                     store.state().into_iter().map(|n| (n.metadata.name.clone().unwrap_or_default(), n)).collect();
+                self.network.fetch_add(1, Ordering::AcqRel);
             }
             Event::Init | Event::InitApply(_) => {}
         }
@@ -319,11 +331,16 @@ impl KubeClusterView {
             volcano_pod_group_resource(),
             pod_groups.clone(),
             pod_group_of,
-            changes_tx.clone(),
+            (changes_tx.clone(), None),
         );
         let hypernodes: Arc<Objects<HyperNode>> = Arc::default();
-        let hn_task =
-            watch_objects(group_client, volcano_hypernode_resource(), hypernodes.clone(), hypernode_of, changes_tx);
+        let hn_task = watch_objects(
+            group_client,
+            volcano_hypernode_resource(),
+            hypernodes.clone(),
+            hypernode_of,
+            (changes_tx, Some(nodes.network.clone())),
+        );
 
         KubeClusterView {
             nodes,
@@ -389,6 +406,10 @@ impl ClusterView for KubeClusterView {
     fn pod_group(&self, namespace: &str, name: &str) -> Option<Arc<PodGroupSpec>> {
         let groups = self.pod_groups.read().unwrap_or_else(PoisonError::into_inner);
         groups.get(&(namespace.to_string(), name.to_string())).cloned()
+    }
+
+    fn network_revision(&self) -> Option<u64> {
+        Some(self.nodes.network.load(Ordering::Acquire))
     }
 
     fn hypernodes(&self) -> Vec<Arc<HyperNode>> {

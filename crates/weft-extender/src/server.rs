@@ -110,6 +110,8 @@ pub struct ExtenderState {
     no_vfs: Arc<BTreeSet<String>>,
     /// Gang plans held by this process ([`crate::gang`]).
     gangs: Gangs,
+    /// The network gang plans read, as of a network revision of the view ([`ExtenderState::network`]).
+    network: Mutex<Option<(u64, Arc<gang::Network>)>>,
 }
 
 /// Candidates handled between two looks at the request's deadline (a look reads the clock).
@@ -180,6 +182,7 @@ impl ExtenderState {
             metrics: ExtenderMetrics::default(),
             no_vfs: Arc::default(),
             gangs: Gangs::new(cfg.gang_plan_ttl),
+            network: Mutex::default(),
             cfg,
         }
     }
@@ -520,8 +523,11 @@ impl ExtenderState {
         over: Option<&BTreeSet<String>>,
         deadline: Deadline,
     ) -> Result<weft_gang::Plan, Result<String, Expired>> {
+        // The revision before the names: a change between the two only makes the cache miss later.
+        let revision = self.view.network_revision();
         let names = self.view.node_names();
         let nodes: Vec<Option<Arc<Node>>> = self.view.nodes(&names);
+        let network = self.network(revision, &names, &nodes).map_err(Ok)?;
         let resolved =
             self.cache.resolve_shared(names.iter().map(String::as_str).zip(nodes.iter().map(Option::as_ref)));
         let all = self.resolved_candidates(names, resolved, Some(&member.key), deadline).map_err(Err)?;
@@ -538,12 +544,36 @@ impl ExtenderState {
             .collect();
         let quality = self.cfg.score_config.set_quality;
         let ask = (request.gpus, &request.vfs);
+        gang::plan_over(&network, &plan_nodes, count, ask, &member.constraint, anchors, over, quality).map_err(Ok)
+    }
+
+    /// The cluster's network for gang plans over `nodes` (named `names`): the one built last while
+    /// the view's network revision and the node names are the same, else built now and kept.
+    fn network(
+        &self,
+        revision: Option<u64>,
+        names: &[String],
+        nodes: &[Option<Arc<Node>>],
+    ) -> Result<Arc<gang::Network>, String> {
+        let mut cached = self.network.lock().unwrap_or_else(PoisonError::into_inner);
+        if let (Some(r), Some((at, network))) = (revision, cached.as_ref())
+            && *at == r
+            && network.is_for(names)
+        {
+            return Ok(network.clone());
+        }
         let hypernodes: Vec<weft_gang::HyperNode> = match self.cfg.network_levels {
             gang::NetworkLevels::Auto => self.view.hypernodes().iter().map(|h| (**h).clone()).collect(),
             gang::NetworkLevels::Levels(_) => Vec::new(),
         };
-        let network = (&self.cfg.network_levels, &hypernodes[..]);
-        gang::plan_over(network, &plan_nodes, count, ask, &member.constraint, anchors, over, quality).map_err(Ok)
+        let labelled: Vec<(&str, Option<&BTreeMap<String, String>>)> = names
+            .iter()
+            .zip(nodes)
+            .map(|(name, n)| (name.as_str(), n.as_ref().and_then(|n| n.metadata.labels.as_ref())))
+            .collect();
+        let network = Arc::new(gang::Network::build((&self.cfg.network_levels, &hypernodes), &labelled)?);
+        *cached = revision.map(|r| (r, network.clone()));
+        Ok(network)
     }
 }
 

@@ -32,6 +32,12 @@ pub trait ClusterView: Send + Sync {
     fn pod_group(&self, _namespace: &str, _name: &str) -> Option<Arc<PodGroupSpec>> {
         None
     }
+    /// A value that changes whenever a node comes or goes, a node's labels change, or the
+    /// HyperNodes change: what the network gang plans read is reused while it stays the same.
+    /// `None`: not tracked (the network is built for every plan).
+    fn network_revision(&self) -> Option<u64> {
+        None
+    }
     /// Volcano's HyperNodes, when the cluster has any (the network gang plans read first).
     fn hypernodes(&self) -> Vec<Arc<HyperNode>> {
         Vec::new()
@@ -60,6 +66,8 @@ pub struct InMemoryView {
     pods: RwLock<FxHashMap<String, Vec<Arc<Pod>>>>,
     pod_groups: RwLock<FxHashMap<(String, String), Arc<PodGroupSpec>>>,
     hypernodes: RwLock<Vec<Arc<HyperNode>>>,
+    /// Bumped on every node and HyperNode change.
+    network: std::sync::atomic::AtomicU64,
     /// Bumped on every pod change (one counter for all nodes: a change anywhere invalidates
     /// everything, which is correct and simple for tests and the simulator).
     revision: std::sync::atomic::AtomicU64,
@@ -73,6 +81,7 @@ impl Default for InMemoryView {
             pods: RwLock::default(),
             pod_groups: RwLock::default(),
             hypernodes: RwLock::default(),
+            network: std::sync::atomic::AtomicU64::new(0),
             revision: std::sync::atomic::AtomicU64::new(0),
             ready: AtomicBool::new(true),
         }
@@ -89,11 +98,13 @@ impl InMemoryView {
     pub fn insert_node(&self, node: Node) {
         let name = node.metadata.name.clone().unwrap_or_default();
         self.nodes.write().unwrap_or_else(PoisonError::into_inner).insert(name, Arc::new(node));
+        self.network.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Remove a node.
     pub fn remove_node(&self, name: &str) {
         self.nodes.write().unwrap_or_else(PoisonError::into_inner).remove(name);
+        self.network.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Add or replace a pod (keyed by namespace and name) under its `spec.nodeName`. Pods without a
@@ -126,6 +137,7 @@ impl InMemoryView {
     /// Add a Volcano HyperNode.
     pub fn insert_hypernode(&self, hypernode: HyperNode) {
         self.hypernodes.write().unwrap_or_else(PoisonError::into_inner).push(Arc::new(hypernode));
+        self.network.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Set what [`ClusterView::is_ready`] answers.
@@ -149,6 +161,10 @@ impl ClusterView for InMemoryView {
             self.nodes.read().unwrap_or_else(PoisonError::into_inner).keys().cloned().collect();
         names.sort();
         names
+    }
+
+    fn network_revision(&self) -> Option<u64> {
+        Some(self.network.load(Ordering::Acquire))
     }
 
     fn hypernodes(&self) -> Vec<Arc<HyperNode>> {

@@ -399,3 +399,42 @@ fn task(pod: &Pod, node_name: &str) -> Value {
         "NodeName": node_name, "Status": 1, "Pod": pod, "PodAnnotations": pod.metadata.annotations
     })
 }
+
+/// A node of the in-memory view: 8 PCIe GPUs, in `leaf` under spine `s1`.
+fn labelled_node(name: &str, leaf: &str) -> Node {
+    let mut n = common::node(name, Some(&common::pcie_only(name, 8)), 8);
+    n.metadata.labels = Some([(SPINE.to_string(), "s1".to_string()), (LEAF.to_string(), leaf.to_string())].into());
+    n
+}
+
+#[test]
+fn a_relabelled_node_is_in_its_new_leaf_for_the_next_plan() {
+    let view = Arc::new(weft_extender::InMemoryView::new());
+    for (name, leaf) in [("n1", "x"), ("n2", "x"), ("n3", "y"), ("n4", "y")] {
+        view.insert_node(labelled_node(name, leaf));
+    }
+    let cfg = ExtenderConfig {
+        network_levels: weft_extender::gang::NetworkLevels::Levels(LabelLevels::new(&[SPINE, LEAF])),
+        ..ExtenderConfig::default()
+    };
+    let state = ExtenderState::new(view.clone(), cfg);
+    let member = |group: &str| -> Value {
+        let mut p = common::pending_pod_json(&format!("{group}-0"), 8);
+        p["metadata"]["annotations"] = json!({GANG_ANNOTATION: group, GANG_SIZE_ANNOTATION: "2",
+            "weft.io/network-topology": format!("hard:{LEAF}")});
+        p
+    };
+    let filter = |pod: Value| {
+        let args = serde_json::from_value(json!({"Pod": pod, "NodeNames": ["n1", "n2", "n3", "n4"]})).unwrap();
+        state.filter(args)
+    };
+    // The first gang takes leaf x (the leaves tie; x by name): n1 and n2 are held for it.
+    assert_eq!(filter(member("g1")).node_names, Some(vec!["n1".to_string(), "n2".to_string()]));
+    // n3 moves to leaf x: no leaf has two free nodes now, so a second leaf-bound gang cannot be
+    // placed (with the network as it was, leaf y would have held it).
+    view.insert_node(labelled_node("n3", "x"));
+    let answer = filter(member("g2"));
+    assert_eq!(answer.node_names, Some(vec![]), "{answer:?}");
+    let why = &answer.failed_nodes["n4"];
+    assert!(why.contains("gang ml/g2") && why.contains("cannot be placed"), "{why}");
+}

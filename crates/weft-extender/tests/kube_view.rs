@@ -185,6 +185,32 @@ async fn view_slims_objects_and_uses_the_pod_field_selector() {
 }
 
 #[tokio::test]
+async fn node_labels_stay_in_the_view_and_only_their_changes_move_the_network_revision() {
+    let server = FakeApiServer::start().await;
+    let nodes: Api<Node> = Api::all(server.client());
+    let mut n1 = bare_node("n1", 8);
+    n1.metadata.labels = Some([("example.com/leaf".to_string(), "l1".to_string())].into());
+    nodes.create(&PostParams::default(), &n1).await.unwrap();
+    let view = KubeClusterView::spawn(server.client());
+    tokio::time::timeout(HANG_GUARD, view.wait_until_ready()).await.expect("synced");
+    let leaf =
+        |v: &KubeClusterView| v.node("n1").and_then(|n| n.metadata.labels.clone()?.get("example.com/leaf").cloned());
+    assert_eq!(leaf(&view).as_deref(), Some("l1"), "labels are kept (they describe the network)");
+    let before = view.network_revision().unwrap();
+    let version = view.node("n1").unwrap().metadata.resource_version.clone();
+    // An annotation change (a heartbeat, a new topology) is not a network change.
+    let annotate = json!({"metadata": {"annotations": {"example.com/note": "x"}}});
+    nodes.patch("n1", &PatchParams::default(), &Patch::Merge(&annotate)).await.unwrap();
+    until(&view, |v| v.node("n1").is_some_and(|n| n.metadata.resource_version != version)).await;
+    assert_eq!(view.network_revision(), Some(before));
+    // A label change is.
+    let relabel = json!({"metadata": {"labels": {"example.com/leaf": "l2"}}});
+    nodes.patch("n1", &PatchParams::default(), &Patch::Merge(&relabel)).await.unwrap();
+    until(&view, |v| leaf(v).as_deref() == Some("l2")).await;
+    assert_ne!(view.network_revision(), Some(before));
+}
+
+#[tokio::test]
 async fn watches_recover_from_dropped_streams_and_expired_resource_versions() {
     let server = FakeApiServer::start().await;
     let client = server.client();
