@@ -438,3 +438,22 @@ fn a_relabelled_node_is_in_its_new_leaf_for_the_next_plan() {
     let why = &answer.failed_nodes["n4"];
     assert!(why.contains("gang ml/g2") && why.contains("cannot be placed"), "{why}");
 }
+
+#[test]
+fn the_pod_policy_lets_the_extender_patch_every_annotation_allocate_records() {
+    // vc-scheduler's AllocateFunc records the decision with a pod patch, which the shipped
+    // ValidatingAdmissionPolicy confines to a list of annotation keys: the gang note must be in it.
+    for file in ["base/scheduler-extender/pod-policy.yaml", "charts/weft/templates/scheduler-extender/pod-policy.yaml"]
+    {
+        let text = std::fs::read_to_string(common::rbac::deploy_dir().join(file)).unwrap();
+        let keys = text.lines().find(|l| l.contains("'weft.io/gpu-ids'")).expect("the policy's keys");
+        for annotation in [
+            weft_record::usage::GPU_IDS_ANNOTATION,
+            weft_record::GPU_DECISION_ANNOTATION,
+            weft_record::vf_usage::VF_IDS_ANNOTATION,
+            GANG_PLAN_ANNOTATION,
+        ] {
+            assert!(keys.contains(&format!("'{annotation}'")), "{file}: {annotation} not in {keys}");
+        }
+    }
+}
