@@ -180,6 +180,19 @@ impl Flavor {
         };
         // The level and its domains with their counts.
         let mut li = start;
+        // LeastFreeCapacity's single domain without the sort: the least count that holds the job,
+        // the first index among equals (what the scan of the ascending order finds first).
+        if lfc {
+            let mut best: Option<usize> = None;
+            for (i, &c) in counts[li].iter().enumerate() {
+                if c >= members && best.is_none_or(|b| c < counts[li][b]) {
+                    best = Some(i);
+                }
+            }
+            if let Some(i) = best {
+                return Some(vec![self.levels[li][i].id; members]);
+            }
+        }
         let chosen: Vec<(usize, usize)> = loop {
             let all: Vec<usize> = (0..self.levels[li].len()).collect();
             let order = sorted(li, &all);

@@ -60,6 +60,11 @@ pub trait JobPolicy {
     fn place(&mut self, net: &NetCluster, free: &[u128], job: &JobAsk) -> Option<JobPlacement>;
     /// Node `node`'s free GPUs went from `before` to `after`.
     fn changed(&mut self, _node: usize, _before: u128, _after: u128) {}
+    /// Whether the policy keeps hard constraints (then a job no domain of its highest tier can hold
+    /// is not offered to it).
+    fn honours_constraints(&self) -> bool {
+        true
+    }
 }
 
 /// The policies of the comparison.
@@ -224,10 +229,13 @@ struct Sim<'a> {
     asks: &'a [JobAsk],
     policy: &'a mut dyn JobPolicy,
     free: Vec<u128>,
-    /// Whole pods of each size the cluster holds: a job of m pods of g GPUs needs `slots[g] ≥ m`
-    /// under every policy (each puts a pod on a node with g GPUs free), so a job short of them is
-    /// not offered to the policy.
-    slots: Vec<usize>,
+    /// Per domain, whole pods of each size it holds (`slots[d][g]`). Every policy puts a pod on a
+    /// node with its GPUs free, so a job of m pods of g GPUs needs `slots[root][g] ≥ m`, and one
+    /// that keeps a hard constraint a domain of its highest tier with that many; a job short of
+    /// them is not offered to the policy (which would refuse it).
+    slots: Vec<Vec<usize>>,
+    /// Per job, the tier its policy must keep it within (None: the whole cluster).
+    limits: Vec<Option<usize>>,
     departures: BinaryHeap<Reverse<Due>>,
     /// A departure starts a new epoch; a (pod size, members, constraint) that failed in this epoch
     /// fails again (placements only take GPUs away until the next departure, and every policy's
@@ -242,8 +250,12 @@ impl Sim<'_> {
     fn set(&mut self, node: usize, after: u128) {
         let before = self.free[node];
         let (b, a) = (before.count_ones() as usize, after.count_ones() as usize);
-        for (g, s) in self.slots.iter_mut().enumerate().skip(1) {
-            *s = *s + a / g - b / g;
+        let mut d = Some(self.net.model.lowest_domain(node));
+        while let Some(x) = d {
+            for (g, s) in self.slots[x].iter_mut().enumerate().skip(1) {
+                *s = *s + a / g - b / g;
+            }
+            d = self.net.model.domains()[x].parent;
         }
         self.free[node] = after;
         self.policy.changed(node, before, after);
@@ -251,7 +263,15 @@ impl Sim<'_> {
 
     fn try_job(&mut self, j: usize, now: f64) -> bool {
         let ask = &self.asks[j];
-        if ask.gpus >= self.slots.len() || self.slots[ask.gpus] < ask.members {
+        let m = &self.net.model;
+        if ask.gpus >= self.slots[m.root()].len() {
+            return false;
+        }
+        let room = match self.limits[j] {
+            Some(t) => m.tier_domains(t).iter().any(|&d| self.slots[d][ask.gpus] >= ask.members),
+            None => self.slots[m.root()][ask.gpus] >= ask.members,
+        };
+        if !room {
             return false;
         }
         let key = (ask.gpus, ask.members, self.class[j]);
@@ -296,13 +316,20 @@ pub fn run_jobs(
         .iter()
         .map(|n| weft_gang::NodeFree::all_gpus(cluster.types[n.node_type].topology.gpu_count()).gpus)
         .collect();
-    let mut slots = vec![0usize; cluster.max_node_gpus() + 1];
-    for f in &free {
+    let sizes = cluster.max_node_gpus() + 1;
+    let mut slots = vec![vec![0usize; sizes]; net.model.domains().len()];
+    for (n, f) in free.iter().enumerate() {
         let c = f.count_ones() as usize;
-        for (g, s) in slots.iter_mut().enumerate().skip(1) {
-            *s += c / g;
+        let mut d = Some(net.model.lowest_domain(n));
+        while let Some(x) = d {
+            for (g, s) in slots[x].iter_mut().enumerate().skip(1) {
+                *s += c / g;
+            }
+            d = net.model.domains()[x].parent;
         }
     }
+    let honours = policy.honours_constraints();
+    let limits = asks.iter().map(|a| if honours { hard_limit(net, a.constraint.as_ref()) } else { None }).collect();
     let mut classes: Vec<Option<TierConstraint>> = Vec::new();
     let class: Vec<usize> = asks
         .iter()
@@ -325,6 +352,7 @@ pub fn run_jobs(
         policy,
         free,
         slots,
+        limits,
         departures: BinaryHeap::new(),
         epoch: 0,
         failed: FxHashMap::default(),
