@@ -588,7 +588,7 @@ pub fn plan_over(
             if over.is_some_and(|o| !o.contains(n.name)) {
                 return NodeFree::default();
             }
-            node_free(n)
+            node_free(n, vfs)
         })
         .collect();
     let gang = Gang {
@@ -668,18 +668,23 @@ fn common_domain(model: &NetworkModel, nodes: &[usize]) -> Option<usize> {
     candidates.first().copied()
 }
 
-fn node_free(n: &PlanNode<'_>) -> NodeFree {
+/// What `n` has free for members asking `vfs`: its free GPUs, and free VFs of the asked physnets
+/// only (the plan counts no other).
+fn node_free(n: &PlanNode<'_>, vfs: &VfAsk) -> NodeFree {
     let Some(p) = n.prepared else { return NodeFree::default() };
     let all = if p.len() >= 128 { u128::MAX } else { (1u128 << p.len()) - 1 };
-    let mut vfs = BTreeMap::new();
+    let mut free = BTreeMap::new();
     if let Some(t) = p.with_vfs() {
-        for v in t.vfs().iter().filter(|v| !n.vfs_used.contains(&v.pci_address)) {
-            if let Some(physnet) = &v.physnet {
-                *vfs.entry(physnet.clone()).or_insert(0u32) += 1;
-            }
+        for physnet in vfs.iter().filter(|(_, k)| **k > 0).map(|(p, _)| p) {
+            let count = t
+                .vfs()
+                .iter()
+                .filter(|v| v.physnet.as_deref() == Some(physnet.as_str()) && !n.vfs_used.contains(&v.pci_address))
+                .count();
+            free.insert(physnet.clone(), u32::try_from(count).unwrap_or(u32::MAX));
         }
     }
-    NodeFree { gpus: all & !n.used, vfs }
+    NodeFree { gpus: all & !n.used, vfs: free }
 }
 
 /// weft-alloc's set choice over the extender's prepared topologies.

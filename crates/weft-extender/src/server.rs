@@ -478,7 +478,7 @@ impl ExtenderState {
             candidates.iter().zip(verdicts.iter()).filter(|(_, v)| v.passes()).map(|(c, _)| c.name.clone()).collect();
         let mut expired = None;
         let mut plan = |count: usize, anchors: &[String], over: Option<&BTreeSet<String>>| {
-            self.plan_gang(member, request, count, anchors, over, deadline).map_err(|e| match e {
+            self.plan_gang(member, request, candidates, count, anchors, over, deadline).map_err(|e| match e {
                 Ok(why) => why,
                 Err(e) => {
                     let why = e.to_string();
@@ -514,10 +514,12 @@ impl ExtenderState {
     /// Plans `count` members of `member`'s gang over every node the view knows (or only `over`),
     /// beside its members on `anchors` ([`gang::plan_over`]). `Err(Ok(why))`: no plan;
     /// `Err(Err(_))`: the deadline passed.
+    #[allow(clippy::too_many_arguments)] // the plan's inputs, each named where it is called
     fn plan_gang(
         &self,
         member: &Member,
         request: &PodAsk,
+        offered: &[Candidate],
         count: usize,
         anchors: &[String],
         over: Option<&BTreeSet<String>>,
@@ -528,20 +530,32 @@ impl ExtenderState {
         let names = self.view.node_names();
         let nodes: Vec<Option<Arc<Node>>> = self.view.nodes(&names);
         let network = self.network(revision, &names, &nodes).map_err(Ok)?;
-        let resolved =
-            self.cache.resolve_shared(names.iter().map(String::as_str).zip(nodes.iter().map(Option::as_ref)));
-        let all = self.resolved_candidates(names, resolved, Some(&member.key), deadline).map_err(Err)?;
-        let plan_nodes: Vec<gang::PlanNode<'_>> = all
+        // The request's candidates were resolved the same way (this group's plan not counted):
+        // only the nodes it does not offer are resolved here.
+        let by_name: rustc_hash::FxHashMap<&str, &Candidate> = offered.iter().map(|c| (c.name.as_str(), c)).collect();
+        let (missing, missing_nodes): (Vec<String>, Vec<Option<&Arc<Node>>>) = names
             .iter()
             .zip(&nodes)
-            .map(|(c, n)| gang::PlanNode {
+            .filter(|(n, _)| !by_name.contains_key(n.as_str()))
+            .map(|(n, node)| (n.clone(), node.as_ref()))
+            .unzip();
+        let resolved = self.cache.resolve_shared(missing.iter().map(String::as_str).zip(missing_nodes));
+        let extra = self.resolved_candidates(missing, resolved, Some(&member.key), deadline).map_err(Err)?;
+        let extra_by_name: rustc_hash::FxHashMap<&str, &Candidate> =
+            extra.iter().map(|c| (c.name.as_str(), c)).collect();
+        let mut plan_nodes: Vec<gang::PlanNode<'_>> = Vec::with_capacity(names.len());
+        for (name, n) in names.iter().zip(&nodes) {
+            let Some(c) = by_name.get(name.as_str()).or_else(|| extra_by_name.get(name.as_str())) else {
+                return Err(Ok(format!("node {name} was not resolved")));
+            };
+            plan_nodes.push(gang::PlanNode {
                 name: &c.name,
                 labels: n.as_ref().and_then(|n| n.metadata.labels.as_ref()),
                 prepared: c.prepared.as_ref().ok().map(|p| &**p),
                 used: c.used,
                 vfs_used: &c.vfs_used,
-            })
-            .collect();
+            });
+        }
         let quality = self.cfg.score_config.set_quality;
         let ask = (request.gpus, &request.vfs);
         gang::plan_over(&network, &plan_nodes, count, ask, &member.constraint, anchors, over, quality).map_err(Ok)
