@@ -266,7 +266,9 @@ fn report_scenario(args: &SimulateArgs) -> crate::cmd_sim_report::Scenario {
         Some(p) => p.display().to_string(),
         None => format!("generated: {} pods, seed {}", count(args.pods), args.seed),
     };
-    let score = format!("remainder weight {}, set quality {:?}", args.remainder_weight, args.set_quality);
+    let quality =
+        clap::ValueEnum::to_possible_value(&args.set_quality).map_or(String::new(), |v| v.get_name().to_string());
+    let score = format!("remainder weight {}, set quality {quality}", args.remainder_weight);
     crate::cmd_sim_report::Scenario { cluster, workload, seed: args.seed, score }
 }
 

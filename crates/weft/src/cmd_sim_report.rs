@@ -235,7 +235,7 @@ line-height:1.4}h1{font-size:26px}h2{margin-top:36px;border-bottom:1px solid #cc
 margin:8px 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}th{background:#f2f2f2}td.n{text-align:\
 right}figure{display:inline-block;margin:8px;vertical-align:top}figcaption{font-size:13px;color:#444;max-width:\
 600px}.nodes figure svg{width:100%;height:auto}.nodes figure{width:410px}p.note{color:#444;font-size:14px;\
-max-width:1000px}";
+max-width:1000px}.failed{display:flex;flex-wrap:wrap;gap:24px;align-items:flex-start}";
 
 /// Chart size, pixels.
 const CHART: (u32, u32) = (620, 360);
@@ -297,7 +297,14 @@ fn line_chart(
         let root = SVGBackend::with_string(&mut out, CHART).into_drawing_area();
         root.fill(&WHITE).map_err(plot_err)?;
         let xs = range(series.iter().flat_map(|(_, p)| p.iter().map(|v| v.0)), false);
-        let ys = y_range.unwrap_or_else(|| range(series.iter().flat_map(|(_, p)| p.iter().map(|v| v.1)), true));
+        // A timeline gets a third of headroom for its legend, top right, above the lines; a CDF
+        // (0 to 1, y_range given) keeps its legend bottom right, under the steps.
+        let legend_at =
+            if y_range.is_some() { SeriesLabelPosition::LowerRight } else { SeriesLabelPosition::UpperRight };
+        let ys = y_range.unwrap_or_else(|| {
+            let r = range(series.iter().flat_map(|(_, p)| p.iter().map(|v| v.1)), true);
+            r.start..r.start + (r.end - r.start) * 1.35
+        });
         let (x_fmt, y_fmt) = (tick_format(&xs), tick_format(&ys));
         let mut chart = ChartBuilder::on(&root)
             .caption(title, ("sans-serif", 18))
@@ -327,7 +334,7 @@ fn line_chart(
             .configure_series_labels()
             .background_style(WHITE.mix(0.85))
             .border_style(RGBColor(150, 150, 150))
-            .position(SeriesLabelPosition::LowerRight)
+            .position(legend_at)
             .draw()
             .map_err(plot_err)?;
         root.present().map_err(plot_err)?;
@@ -646,14 +653,14 @@ pub fn render(scenario: &Scenario, report: &SimReport, c: &Collector<'_>) -> any
             get(NotPlaced::ShortOfVfs)
         );
     }
-    html.push_str("</table>\n");
+    html.push_str("</table>\n<div class=failed>");
     for t in &c.traces {
         if t.failed.is_empty() {
             continue;
         }
         let _ = write!(
             html,
-            "<h3>{}: the first {} not placed</h3><table><tr><th>#</th><th>pod</th><th>GPUs</th><th>VFs</th><th>arrival (h)</th><th>why</th></tr>",
+            "<div><h3>{}: the first {} not placed</h3><table><tr><th>#</th><th>pod</th><th>GPUs</th><th>VFs</th><th>arrival (h)</th><th>why</th></tr>",
             t.policy.name(),
             t.failed.len()
         );
@@ -669,13 +676,13 @@ pub fn render(scenario: &Scenario, report: &SimReport, c: &Collector<'_>) -> any
                 f.why.as_str()
             );
         }
-        html.push_str("</table>\n");
+        html.push_str("</table></div>\n");
     }
 
     // Nodes.
     let _ = write!(
         html,
-        "<h2>Nodes at mid-stream</h2>\n<p class=note>The first node of each node type (at most {SAMPLE_NODES}) \
+        "</div>\n<h2>Nodes at mid-stream</h2>\n<p class=note>The first node of each node type (at most {SAMPLE_NODES}) \
          as it was just after arrival {} ({:.2} h): each pod running there is a coloured ring around its GPUs \
          and an outline of the NICs beside them, named in the legend.</p>\n",
         c.snapshot_at, c.snapshot_hours

@@ -1,8 +1,8 @@
 //! `weft simulate --report` and the topology drawings in a real headless Chromium: the page loads
 //! with no console error, every chart has rendered (an SVG with a non-empty box, axis tick labels
 //! and both axis descriptions, measured in the live DOM), every node picture has rendered, and
-//! screenshots are kept under `<target>/report-browser/` (report.png, topo-<type>.png, and the
-//! pages themselves).
+//! whole-page screenshots are kept under `<target>/report-browser/` (report.png, topo-<type>.png,
+//! and the pages themselves).
 //!
 //! Decision: the test drives Chromium over the DevTools protocol (the `headless_chrome` crate)
 //! rather than `--dump-dom` with `--enable-logging=stderr`. The dumped DOM of a static page is
@@ -17,6 +17,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use headless_chrome::protocol::cdp::Page;
 use headless_chrome::protocol::cdp::Page::CaptureScreenshotFormatOption;
 use headless_chrome::protocol::cdp::types::Event;
 use headless_chrome::{Browser, LaunchOptions, Tab};
@@ -88,9 +89,23 @@ fn eval_json(tab: &Tab, expression: &str) -> serde_json::Value {
     serde_json::from_str(value.as_str().expect("a JSON string")).expect("JSON")
 }
 
+/// A PNG of the whole page (beyond the window), written to `file`.
 fn screenshot(tab: &Tab, file: &Path) {
-    let png = tab.capture_screenshot(CaptureScreenshotFormatOption::Png, None, None, true).expect("screenshot");
-    assert!(png.len() > 1000, "a screenshot with something in it");
+    let size =
+        eval_json(tab, "JSON.stringify([document.documentElement.scrollWidth, document.documentElement.scrollHeight])");
+    let (width, height) = (size[0].as_f64().expect("width"), size[1].as_f64().expect("height"));
+    let shot = tab
+        .call_method(Page::CaptureScreenshot {
+            format: Some(CaptureScreenshotFormatOption::Png),
+            quality: None,
+            clip: Some(Page::Viewport { x: 0.0, y: 0.0, width, height, scale: 1.0 }),
+            from_surface: Some(true),
+            capture_beyond_viewport: Some(true),
+            optimize_for_speed: None,
+        })
+        .expect("screenshot");
+    let png = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, shot.data).expect("base64 PNG");
+    assert!(png.starts_with(b"\x89PNG") && png.len() > 1000, "a screenshot with something in it");
     std::fs::write(file, png).expect("write screenshot");
 }
 
