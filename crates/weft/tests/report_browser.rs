@@ -49,6 +49,9 @@ fn browser() -> Option<Browser> {
         // Root (CI) cannot use Chromium's sandbox.
         .sandbox(false)
         .window_size(Some((1400, 1000)))
+        // The default 30 s without a DevTools event closes the browser; a loaded CI machine
+        // running debug weft between two pages can take longer than that.
+        .idle_browser_timeout(std::time::Duration::from_secs(300))
         .build()
         .expect("launch options");
     Some(Browser::new(options).expect("Chromium starts"))
