@@ -207,6 +207,13 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let progress = PolicyProgress::new(&policies, pods.len(), args.output == Output::Table);
     let show = &mut |i, p| progress.show(i, p);
     let to_stdout = args.pods_out.as_deref().is_some_and(|p| p == std::path::Path::new("-"));
+    // The report's file is made before the run, so a path that cannot be written fails at once.
+    let report_file = match &args.report {
+        Some(path) => {
+            Some(std::fs::File::create(path).with_context(|| format!("--report: cannot create {}", path.display()))?)
+        }
+        None => None,
+    };
     let mut collector = args.report.as_ref().map(|_| crate::cmd_sim_report::Collector::new(&cluster, &pods, &policies));
     let mut report = match &args.pods_out {
         None if collector.is_some() => {
@@ -243,8 +250,8 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     if args.workload.is_none() {
         report.workload.target_load = Some(Generate::DEFAULT_LOAD);
     }
-    if let (Some(path), Some(collector)) = (&args.report, &collector) {
-        crate::cmd_sim_report::write(path, &report_scenario(&args), &report, collector)?;
+    if let (Some(path), Some(file), Some(collector)) = (&args.report, report_file, &collector) {
+        crate::cmd_sim_report::write(path, file, &report_scenario(&args), &report, collector)?;
     }
     if to_stdout {
         return Ok(());

@@ -209,10 +209,17 @@ impl<'c> Collector<'c> {
     }
 }
 
-/// Write the report to `path`.
-pub fn write(path: &Path, scenario: &Scenario, report: &SimReport, c: &Collector<'_>) -> anyhow::Result<()> {
+/// Write the report to `file` (made at `path` before the run).
+pub fn write(
+    path: &Path,
+    mut file: std::fs::File,
+    scenario: &Scenario,
+    report: &SimReport,
+    c: &Collector<'_>,
+) -> anyhow::Result<()> {
     let html = render(scenario, report, c)?;
-    std::fs::write(path, html).with_context(|| format!("--report: cannot write {}", path.display()))
+    std::io::Write::write_all(&mut file, html.as_bytes())
+        .with_context(|| format!("--report: cannot write {}", path.display()))
 }
 
 /// Escape text for HTML element content and double-quoted attributes.
