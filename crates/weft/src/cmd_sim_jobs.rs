@@ -25,7 +25,7 @@ pub struct JobsArgs {
     /// of --job-count jobs. The cluster is --cluster (its `network:` section), else the built-in
     /// GB200 NVL72 + H100 scenario.
     #[arg(long, value_name = "FILE", num_args = 0..=1,
-          conflicts_with_all = ["workload", "pods", "pipelines", "matrix", "optimum", "pods_out", "policies", "wide"])]
+          conflicts_with_all = ["workload", "pods", "pipelines", "matrix", "optimum", "pods_out", "policies", "wide", "report"])]
     pub jobs: Option<Option<PathBuf>>,
     /// With --jobs and no FILE: jobs in the generated stream.
     #[arg(long, value_name = "N", default_value_t = 2000, requires = "jobs")]

@@ -111,4 +111,11 @@ fn a_cluster_file_with_a_network_and_a_jobs_file() {
     assert_eq!((gang.placed, gang.one_nvlink_domain_share), (2, 0.5), "a: one rack; b: three H100 nodes of a leaf");
     assert_eq!(gang.one_leaf_share, 1.0);
     assert!(!bad.0 && bad.2.contains("--nodes"), "{}", bad.2);
+    // Options of the pod simulator are refused beside --jobs rather than ignored.
+    for other in [&["--report", "r.html"][..], &["--pods", "10"], &["--wide"]] {
+        let mut args = vec!["simulate", "--jobs"];
+        args.extend_from_slice(other);
+        let (ok, _, err) = weft(&args, None);
+        assert!(!ok && err.contains("cannot be used with"), "{other:?}: {err}");
+    }
 }
