@@ -203,7 +203,10 @@ impl Held {
 }
 
 /// How [`Gangs::steer`] plans: `(count, anchors, over)` (see there).
-pub type PlanFn<'a> = dyn FnMut(usize, &[String], Option<&BTreeSet<String>>) -> Result<Plan, String> + 'a;
+pub type PlanFn<'a> = dyn FnMut(usize, &[String], Option<&NodeSet<'_>>) -> Result<Plan, String> + 'a;
+
+/// Node names (a request's passing nodes).
+pub type NodeSet<'a> = rustc_hash::FxHashSet<&'a str>;
 
 /// What a member's filter and prioritize do.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -309,7 +312,7 @@ impl Gangs {
         member: &Member,
         uid: &str,
         (gpus, vfs): (u64, &VfAsk),
-        passing: &BTreeSet<String>,
+        passing: &NodeSet<'_>,
         now: Instant,
         plan: &mut PlanFn<'_>,
     ) -> Steer {
@@ -333,7 +336,7 @@ impl Gangs {
         member: &Member,
         uid: &str,
         (gpus, vfs): (u64, &VfAsk),
-        passing: &BTreeSet<String>,
+        passing: &NodeSet<'_>,
         now: Instant,
         plan: &mut PlanFn<'_>,
     ) -> Option<Steer> {
@@ -345,7 +348,7 @@ impl Gangs {
                 Some(h) if h.gpus != gpus || &h.vfs != vfs => return Some(Steer::Free),
                 Some(h) => {
                     let open = h.open_nodes(uid);
-                    if open.iter().any(|n| passing.contains(n)) {
+                    if open.iter().any(|n| passing.contains(n.as_str())) {
                         return Some(steer_to(&member.key, h, open));
                     }
                     // The rest (or, all taken, one more member) over what this request offers,
@@ -400,7 +403,7 @@ impl Gangs {
         inner.rebuild_holds();
         let h = &inner.plans[&key];
         let open = h.open_nodes(uid);
-        if open.iter().any(|n| passing.contains(n)) || within.is_some() {
+        if open.iter().any(|n| passing.contains(n.as_str())) || within.is_some() {
             return Some(steer_to(&key, h, open));
         }
         None
@@ -483,11 +486,9 @@ fn note(group: &GroupKey, h: &Held, rank: Option<usize>) -> GangNote {
 }
 
 fn steer_to(key: &GroupKey, h: &Held, open: BTreeSet<String>) -> Steer {
-    let mut shown: Vec<&str> = open.iter().map(String::as_str).take(8).collect();
-    if open.len() > 8 {
-        shown.push("…");
-    }
-    let why = format!("gang {key}: planned in {} ({}) on {}", h.domain, h.tier, shown.join(", "));
+    // One line per failed node goes back to the scheduler: kept short (the plan's nodes are in the
+    // extender's log and in each member's note).
+    let why = format!("gang {key}: planned in {} ({})", h.domain, h.tier);
     Steer::To { nodes: open, why }
 }
 
@@ -574,7 +575,7 @@ pub fn plan_over(
     (gpus, vfs): (u64, &VfAsk),
     constraint: &TierConstraint,
     anchors: &[String],
-    over: Option<&BTreeSet<String>>,
+    over: Option<&NodeSet<'_>>,
     quality: SetQuality,
 ) -> Result<Plan, String> {
     if nodes.len() != network.names.len() || nodes.iter().zip(&network.names).any(|(n, m)| n.name != m) {
@@ -812,12 +813,13 @@ mod tests {
             rail_aligned: None,
         };
         let now = Instant::now();
-        let passing: BTreeSet<String> = ["n0".to_string(), "n1".to_string()].into();
+        let passing: NodeSet<'_> = ["n0", "n1"].into_iter().collect();
         let steer = gangs.steer(&member, "u0", (2, &VfAsk::new()), &passing, now, &mut |n, within, _| {
             assert_eq!((n, within), (2, &[][..]));
             Ok(plan.clone())
         });
-        assert!(matches!(&steer, Steer::To { nodes, .. } if nodes == &passing), "{steer:?}");
+        let both: BTreeSet<String> = ["n0".to_string(), "n1".to_string()].into();
+        assert!(matches!(&steer, Steer::To { nodes, .. } if nodes == &both), "{steer:?}");
         assert_eq!(gangs.held("n0", None), 0b11);
         assert_eq!(gangs.held("n0", Some(&member.key)), 0, "a member does not count its own plan as used");
         let r = gangs.rank_on(&member.key, "u0", "n0").unwrap();
@@ -831,7 +833,7 @@ mod tests {
             &member,
             "u9",
             (2, &VfAsk::new()),
-            &BTreeSet::new(),
+            &NodeSet::default(),
             now + Duration::from_secs(61),
             &mut |_, _, _| Err("full".into()),
         );

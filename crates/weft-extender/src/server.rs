@@ -474,10 +474,10 @@ impl ExtenderState {
                 return Ok(());
             }
         };
-        let passing: BTreeSet<String> =
-            candidates.iter().zip(verdicts.iter()).filter(|(_, v)| v.passes()).map(|(c, _)| c.name.clone()).collect();
+        let passing: gang::NodeSet<'_> =
+            candidates.iter().zip(verdicts.iter()).filter(|(_, v)| v.passes()).map(|(c, _)| c.name.as_str()).collect();
         let mut expired = None;
-        let mut plan = |count: usize, anchors: &[String], over: Option<&BTreeSet<String>>| {
+        let mut plan = |count: usize, anchors: &[String], over: Option<&gang::NodeSet<'_>>| {
             self.plan_gang(member, request, candidates, count, anchors, over, deadline).map_err(|e| match e {
                 Ok(why) => why,
                 Err(e) => {
@@ -522,7 +522,7 @@ impl ExtenderState {
         offered: &[Candidate],
         count: usize,
         anchors: &[String],
-        over: Option<&BTreeSet<String>>,
+        over: Option<&gang::NodeSet<'_>>,
         deadline: Deadline,
     ) -> Result<weft_gang::Plan, Result<String, Expired>> {
         // The revision before the names: a change between the two only makes the cache miss later.
