@@ -463,9 +463,12 @@ impl ExtenderState {
         verdicts: &mut [Verdict],
         deadline: Deadline,
     ) -> Result<(), Expired> {
+        // A pod that asks nothing weft places (a CPU-only launcher) is never steered nor held back.
+        if request.is_empty() {
+            return Ok(());
+        }
         let member = match member {
             Ok(None) => return Ok(()),
-            Ok(Some(_)) if request.is_empty() => return Ok(()),
             Ok(Some(m)) => m,
             Err(why) => {
                 for v in verdicts.iter_mut().filter(|v| v.passes()) {

@@ -267,6 +267,10 @@ async fn a_plain_volcano_podgroup_waits_for_its_podgroup_then_lands_in_one_leaf(
     let filtered = c.post("filter", &json!({"Pod": pod, "NodeNames": ["a1", "b1"]})).await;
     assert_eq!(filtered["NodeNames"], json!([]), "{filtered}");
     assert!(filtered["FailedNodes"]["a1"].as_str().unwrap().contains("PodGroup ml/pg-1"), "{filtered}");
+    // A member that asks no GPUs (a launcher) is not held back: weft places nothing for it.
+    let launcher = c.pod("launcher", 0, &annotation, None).await;
+    let filtered = c.post("filter", &json!({"Pod": launcher, "NodeNames": ["a1", "b1"]})).await;
+    assert_eq!(filtered["NodeNames"], json!(["a1", "b1"]), "{filtered}");
     c.pod_group("pg-1", 2, Value::Null).await;
     let mut leaves = BTreeSet::new();
     for (i, last) in [(0, true), (1, false)] {
