@@ -279,6 +279,32 @@ impl NetworkModel {
         self.tiers.iter().position(|t| t.name == name)
     }
 
+    /// The tier a constraint names: by number, the highest tier numbered at most it (Volcano's
+    /// `highestTierAllowed`; None when every tier is numbered above it); by name, that tier.
+    pub fn tier_index(&self, tier: &crate::TierRef) -> Option<usize> {
+        match tier {
+            crate::TierRef::Number(n) => self.tiers.iter().rposition(|t| t.number <= *n),
+            crate::TierRef::Name(name) => self.tier_by_name(name),
+        }
+    }
+
+    /// The innermost domain holding every one of `nodes` (model node indexes; the root when they
+    /// share no other); None when `nodes` is empty.
+    pub fn common_domain(&self, nodes: &[usize]) -> Option<usize> {
+        let (&first, rest) = nodes.split_first()?;
+        let mut d = self.lowest_domain(first);
+        for &n in rest {
+            let p = self.position(n);
+            while !self.domains[d].nodes.contains(&p) {
+                match self.domains[d].parent {
+                    Some(up) => d = up,
+                    None => break,
+                }
+            }
+        }
+        Some(d)
+    }
+
     /// Tiers as `1 (nvidia.com/gpu.clique), 2 (leaf), 3 (cluster)`.
     pub fn tiers_text(&self) -> String {
         self.tiers.iter().map(|t| format!("{} ({})", t.number, t.name)).collect::<Vec<_>>().join(", ")

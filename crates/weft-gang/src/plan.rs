@@ -264,9 +264,9 @@ fn highest_tier(model: &NetworkModel, c: &TierConstraint) -> Result<Option<usize
     let root = model.tiers().len() - 1;
     match (c.mode, &c.highest) {
         (Mode::Soft, _) | (Mode::Hard, None) => Ok(Some(root)),
-        (Mode::Hard, Some(TierRef::Number(n))) => Ok(model.tiers().iter().rposition(|t| t.number <= *n)),
-        (Mode::Hard, Some(TierRef::Name(name))) => model
-            .tier_by_name(name)
+        (Mode::Hard, Some(tier @ TierRef::Number(_))) => Ok(model.tier_index(tier)),
+        (Mode::Hard, Some(tier @ TierRef::Name(name))) => model
+            .tier_index(tier)
             .map(Some)
             .ok_or_else(|| PlanError::UnknownTier { tier: name.clone(), known: model.tiers_text() }),
     }

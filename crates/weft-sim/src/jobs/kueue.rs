@@ -32,7 +32,7 @@
 
 use super::policies::DevicePluginSets;
 use super::{JobAsk, JobPlacement, JobPolicy, NetCluster};
-use weft_gang::{Mode, TierRef};
+use weft_gang::Mode;
 
 /// One entity of a flavor's level: a domain (a model domain index) or a host (a node index).
 #[derive(Clone, Debug)]
@@ -146,8 +146,7 @@ impl Flavor {
         let tier = match (c.mode, &c.highest) {
             (Mode::Soft, _) => return Some(Request::Preferred(self.tiers.len() - 2)),
             (Mode::Hard, None) => return Some(Request::Unconstrained),
-            (Mode::Hard, Some(TierRef::Number(n))) => m.tiers().iter().rposition(|t| t.number <= *n)?,
-            (Mode::Hard, Some(TierRef::Name(name))) => m.tier_by_name(name)?,
+            (Mode::Hard, Some(tier)) => m.tier_index(tier)?,
         };
         if tier >= root {
             return Some(Request::Unconstrained);

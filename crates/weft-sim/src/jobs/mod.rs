@@ -454,10 +454,11 @@ pub fn hard_limit(net: &NetCluster, c: Option<&TierConstraint>) -> Option<usize>
     if c.mode != weft_gang::Mode::Hard {
         return None;
     }
-    let m = &net.model;
-    match c.highest.as_ref()? {
-        weft_gang::TierRef::Number(n) => Some(m.tiers().iter().rposition(|t| t.number <= *n).unwrap_or(0)),
-        weft_gang::TierRef::Name(name) => m.tier_by_name(name),
+    let tier = c.highest.as_ref()?;
+    match net.model.tier_index(tier) {
+        // A number below every tier reads as the innermost tier here.
+        None if matches!(tier, weft_gang::TierRef::Number(_)) => Some(0),
+        found => found,
     }
 }
 

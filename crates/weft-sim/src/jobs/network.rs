@@ -273,20 +273,9 @@ impl NetworkSpec {
 }
 
 impl NetCluster {
-    /// The innermost domain holding every node of `nodes` (model node indexes, at least one).
+    /// The innermost domain holding every node of `nodes` (model node indexes; the root for none).
     pub fn common_domain(&self, nodes: &[usize]) -> usize {
-        let m = &self.model;
-        let mut d = m.lowest_domain(nodes[0]);
-        for &n in &nodes[1..] {
-            let p = m.position(n);
-            while !m.domains()[d].nodes.contains(&p) {
-                match m.domains()[d].parent {
-                    Some(up) => d = up,
-                    None => break,
-                }
-            }
-        }
-        d
+        self.model.common_domain(nodes).unwrap_or_else(|| self.model.root())
     }
 
     /// The node's domain at tier `tier`, when it is in one.

@@ -39,7 +39,7 @@
 
 use super::policies::DevicePluginSets;
 use super::{JobAsk, JobPlacement, JobPolicy, NetCluster};
-use weft_gang::{Mode, TierRef};
+use weft_gang::Mode;
 
 /// The normal-pod score's fading (`hypernode.binpack.normal-pod.fading`, default 0.8).
 pub const FADING: f64 = 0.8;
@@ -64,8 +64,7 @@ pub fn decide_in(net: &NetCluster, lowest_hn: &[Option<usize>], free: &[u32], jo
         Some(c) => match (c.mode, &c.highest) {
             (Mode::Soft, _) => Some(root),
             (Mode::Hard, None) => None,
-            (Mode::Hard, Some(TierRef::Number(n))) => Some(m.tiers().iter().rposition(|t| t.number <= *n)?),
-            (Mode::Hard, Some(TierRef::Name(name))) => Some(m.tier_by_name(name)?),
+            (Mode::Hard, Some(tier)) => Some(m.tier_index(tier)?),
         },
     };
     let st = State::new(net, lowest_hn, free, job.gpus);
