@@ -464,10 +464,8 @@ impl ExtenderState {
             };
             match binder.write_node_record(node, version.as_deref(), &record).await {
                 Ok(true) => {
-                    if let (Some(group), Some(note)) = (group, &decided.gang)
-                        && let Some(rank) = note.rank
-                    {
-                        self.gangs().take(group, uid, rank, Instant::now());
+                    if let (Some(group), Some(note)) = (group, &decided.gang) {
+                        self.gangs().take(group, uid, note.rank, Instant::now());
                     }
                     return Ok(Some(decided));
                 }
@@ -637,7 +635,7 @@ impl ExtenderState {
         if let (Some(group), Some(r)) = (group, &planned)
             && !r.note.followed
         {
-            tracing::warn!(%group, %node, rank = r.rank, "gang member placed off its plan");
+            tracing::warn!(%group, %node, rank = r.note.rank, "gang member placed off its plan");
         }
         Ok(Some(Decided { gpus, vfs, entry, gang: planned.map(|r| r.note) }))
     }

@@ -164,9 +164,9 @@ pub struct GangNote {
     pub domain: String,
     /// The domain's tier.
     pub tier: String,
-    /// The member's rank (consecutive ranks are neighbours); None when it was placed off the plan.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rank: Option<usize>,
+    /// The member's rank (consecutive ranks are neighbours). A member placed off the plan takes
+    /// an open rank too (its `followed` is false), so the plan stops holding GPUs for it.
+    pub rank: usize,
     /// Whether the member got its planned node and GPU set.
     pub followed: bool,
 }
@@ -227,13 +227,11 @@ pub enum Steer {
 /// A member's rank on a node, when bind decides its devices.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlannedRank {
-    /// The rank.
-    pub rank: usize,
     /// Its planned GPUs.
     pub gpus: Vec<usize>,
     /// Whether the rank is on the node bind was asked for.
     pub on_node: bool,
-    /// The note to record (`followed`: whether the rank is on that node; bind clears it when the
+    /// The note to record: the rank, and `followed` (whether the rank is on that node; bind clears it when the
     /// planned GPUs were not all free).
     pub note: GangNote,
 }
@@ -295,12 +293,14 @@ impl Gangs {
     /// The GPUs on `node` that held plans keep for members not yet placed, except `group`'s own.
     pub fn held(&self, node: &str, except: Option<&GroupKey>) -> u128 {
         let inner = self.lock();
-        inner.holds.get(node).map_or(0, |v| v.iter().filter(|(k, _)| Some(k) != except).fold(0, |m, (_, g)| m | g))
+        inner.holds.get(node).map_or(0, |v| held_except(v, except))
     }
 
-    /// Whether any plan holds GPUs (lets a request skip [`Gangs::held`]).
-    pub fn holds_any(&self) -> bool {
-        !self.lock().holds.is_empty()
+    /// [`Gangs::held`] of every node where a plan holds GPUs, in one look (a request's candidates
+    /// read it once, not under one lock each); empty when no plan holds any.
+    pub fn held_by_node(&self, except: Option<&GroupKey>) -> FxHashMap<String, u128> {
+        let inner = self.lock();
+        inner.holds.iter().map(|(node, v)| (node.clone(), held_except(v, except))).filter(|(_, g)| *g != 0).collect()
     }
 
     /// The steering for `member` (pod `uid`, asking `gpus` and `vfs`) among `passing` (the nodes
@@ -431,9 +431,15 @@ impl Gangs {
             Some(i) => (i, true),
             None => (h.ranks.iter().position(|r| r.pod.is_none() || r.pod.as_deref() == Some(uid))?, false),
         };
-        let mut note = note(group, h, Some(pick));
-        note.followed = on_node;
-        Some(PlannedRank { rank: pick, gpus: h.ranks[pick].gpus.clone(), on_node, note })
+        let note = GangNote {
+            group: group.to_string(),
+            members: h.size,
+            domain: h.domain.clone(),
+            tier: h.tier.clone(),
+            rank: pick,
+            followed: on_node,
+        };
+        Some(PlannedRank { gpus: h.ranks[pick].gpus.clone(), on_node, note })
     }
 
     /// `uid` takes `rank` of `group`'s plan (bind decided it): its GPUs stop being held for others,
@@ -474,15 +480,9 @@ impl Gangs {
     }
 }
 
-fn note(group: &GroupKey, h: &Held, rank: Option<usize>) -> GangNote {
-    GangNote {
-        group: group.to_string(),
-        members: h.size,
-        domain: h.domain.clone(),
-        tier: h.tier.clone(),
-        rank,
-        followed: rank.is_some(),
-    }
+/// A node's held GPUs over its plans' entries, but `except`'s.
+fn held_except(entries: &[(GroupKey, u128)], except: Option<&GroupKey>) -> u128 {
+    entries.iter().filter(|(k, _)| Some(k) != except).fold(0, |m, (_, g)| m | g)
 }
 
 fn steer_to(key: &GroupKey, h: &Held, open: BTreeSet<String>) -> Steer {
@@ -607,7 +607,7 @@ pub fn plan_over(
     // the constraint allows.
     let anchor_nodes: Vec<usize> = anchors.iter().filter_map(|a| model.node_index(a)).collect();
     let limit = allowed_tier(model, constraint)?;
-    let mut domain = common_domain(model, &anchor_nodes);
+    let mut domain = model.common_domain(&anchor_nodes);
     let mut last = String::new();
     while let Some(d) = domain {
         let dom = &model.domains()[d];
@@ -639,38 +639,17 @@ pub fn plan_over(
 fn allowed_tier(model: &NetworkModel, constraint: &TierConstraint) -> Result<Option<usize>, String> {
     match (constraint.mode, &constraint.highest) {
         (weft_gang::Mode::Soft, _) | (weft_gang::Mode::Hard, None) => Ok(None),
-        (weft_gang::Mode::Hard, Some(weft_gang::TierRef::Number(n))) => {
-            Ok(Some(model.tiers().iter().rposition(|t| t.number <= *n).unwrap_or(0)))
+        (weft_gang::Mode::Hard, Some(tier @ weft_gang::TierRef::Number(_))) => {
+            Ok(Some(model.tier_index(tier).unwrap_or(0)))
         }
-        (weft_gang::Mode::Hard, Some(weft_gang::TierRef::Name(name))) => {
-            model.tier_by_name(name).map(Some).ok_or_else(|| {
+        (weft_gang::Mode::Hard, Some(tier @ weft_gang::TierRef::Name(name))) => {
+            model.tier_index(tier).map(Some).ok_or_else(|| {
                 format!("highest tier `{name}` is not a tier of this cluster's network ({})", model.tiers_text())
             })
         }
     }
 }
 
-/// The tightest domain holding every one of `nodes` (the root when they share no other; None when
-/// `nodes` is empty).
-fn common_domain(model: &NetworkModel, nodes: &[usize]) -> Option<usize> {
-    let chain = |n: usize| {
-        let mut c = vec![model.lowest_domain(n)];
-        while let Some(p) = model.domains()[*c.last().unwrap_or(&0)].parent {
-            c.push(p);
-        }
-        c
-    };
-    let (&first, rest) = nodes.split_first()?;
-    let mut candidates = chain(first);
-    for &n in rest {
-        let other: BTreeSet<usize> = chain(n).into_iter().collect();
-        candidates.retain(|d| other.contains(d));
-    }
-    candidates.first().copied()
-}
-
-/// What `n` has free for members asking `vfs`: its free GPUs, and free VFs of the asked physnets
-/// only (the plan counts no other).
 fn node_free(n: &PlanNode<'_>, vfs: &VfAsk) -> NodeFree {
     let Some(p) = n.prepared else { return NodeFree::default() };
     let all = if p.len() >= 128 { u128::MAX } else { (1u128 << p.len()) - 1 };
@@ -822,8 +801,13 @@ mod tests {
         assert!(matches!(&steer, Steer::To { nodes, .. } if nodes == &both), "{steer:?}");
         assert_eq!(gangs.held("n0", None), 0b11);
         assert_eq!(gangs.held("n0", Some(&member.key)), 0, "a member does not count its own plan as used");
+        assert_eq!(
+            gangs.held_by_node(None),
+            FxHashMap::from_iter([("n0".to_string(), 0b11), ("n1".to_string(), 0b11)])
+        );
+        assert!(gangs.held_by_node(Some(&member.key)).is_empty());
         let r = gangs.rank_on(&member.key, "u0", "n0").unwrap();
-        gangs.take(&member.key, "u0", r.rank, now);
+        gangs.take(&member.key, "u0", r.note.rank, now);
         assert_eq!(gangs.held("n0", None), 0);
         assert_eq!(gangs.held("n1", None), 0b11);
         gangs.release("u0");

@@ -430,7 +430,7 @@ impl ExtenderState {
         // node: a node reserved after this look counts from the next request, as one reserved after
         // its own look always did.
         let reserved = self.reservations.nodes();
-        let gang_holds = self.gangs.holds_any();
+        let gang_holds = self.gangs.held_by_node(group);
         let revisions = self.view.pods_revisions(&names);
         let mut accounting = self.accounting.lock().unwrap_or_else(PoisonError::into_inner);
         for (i, ((name, prepared), revision)) in names.into_iter().zip(resolved).zip(revisions).enumerate() {
@@ -444,8 +444,8 @@ impl ExtenderState {
                 }
                 Err(_) => (0, self.no_vfs.clone()),
             };
-            if gang_holds {
-                used |= self.gangs.held(&name, group);
+            if let Some(held) = gang_holds.get(name.as_str()) {
+                used |= held;
             }
             candidates.push(Candidate { name, prepared, used, vfs_used });
         }

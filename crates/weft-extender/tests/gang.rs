@@ -65,17 +65,7 @@ async fn cluster_with(network: Network) -> Cluster {
     } else {
         create_hypernodes(&api).await;
     }
-    // Volcano's PodGroup CRD (only what the fake API server needs to serve it).
-    let crd: CustomResourceDefinition = serde_json::from_value(json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "podgroups.scheduling.volcano.sh"},
-        "spec": {"group": "scheduling.volcano.sh", "scope": "Namespaced",
-            "names": {"plural": "podgroups", "singular": "podgroup", "kind": "PodGroup", "listKind": "PodGroupList"},
-            "versions": [{"name": "v1beta1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
-    }))
-    .unwrap();
-    Api::<CustomResourceDefinition>::all(api.client()).create(&PostParams::default(), &crd).await.unwrap();
+    serve_crd(&api, &weft_extender::kube_view::volcano_pod_group_resource(), "Namespaced").await;
     let view = Arc::new(KubeClusterView::spawn(api.client()));
     guard("the view to sync", view.wait_until_ready()).await;
     let cfg = match network {
@@ -105,19 +95,26 @@ async fn cluster_with(network: Network) -> Cluster {
     Cluster { api, base, http: reqwest::Client::new(), view }
 }
 
-/// Volcano's HyperNode CRD and the test cluster's three HyperNodes, as Volcano's docs write them.
-async fn create_hypernodes(api: &FakeApiServer) {
+/// A CRD serving `resource` (only what the fake API server needs to serve it: the names, one
+/// version, any object).
+async fn serve_crd(api: &FakeApiServer, resource: &kube::api::ApiResource, scope: &str) {
     let crd: CustomResourceDefinition = serde_json::from_value(json!({
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "hypernodes.topology.volcano.sh"},
-        "spec": {"group": "topology.volcano.sh", "scope": "Cluster",
-            "names": {"plural": "hypernodes", "singular": "hypernode", "kind": "HyperNode", "listKind": "HyperNodeList"},
-            "versions": [{"name": "v1alpha1", "served": true, "storage": true,
+        "metadata": {"name": format!("{}.{}", resource.plural, resource.group)},
+        "spec": {"group": resource.group, "scope": scope,
+            "names": {"plural": resource.plural, "singular": resource.kind.to_lowercase(), "kind": resource.kind,
+                "listKind": format!("{}List", resource.kind)},
+            "versions": [{"name": resource.version, "served": true, "storage": true,
                 "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
     }))
     .unwrap();
     Api::<CustomResourceDefinition>::all(api.client()).create(&PostParams::default(), &crd).await.unwrap();
+}
+
+/// Volcano's HyperNode CRD and the test cluster's three HyperNodes, as Volcano's docs write them.
+async fn create_hypernodes(api: &FakeApiServer) {
     let resource = weft_extender::kube_view::volcano_hypernode_resource();
+    serve_crd(api, &resource, "Cluster").await;
     let hypernodes: Api<DynamicObject> = Api::all_with(api.client(), &resource);
     let member = |kind: &str, name: &str| json!({"type": kind, "selector": {"exactMatch": {"name": name}}});
     for (name, tier, tier_name, members) in [
@@ -240,7 +237,7 @@ async fn a_weft_gang_is_placed_in_the_one_leaf_that_holds_all_its_members_throug
         let note = note_of(&c.get(&format!("w-{i}")).await);
         assert_eq!((note.group.as_str(), note.members, note.domain.as_str()), ("ml/train", 3, "b"));
         assert!(note.followed, "{note:?}");
-        ranks.insert(note.rank.unwrap());
+        ranks.insert(note.rank);
     }
     assert_eq!(ranks, BTreeSet::from([0, 1, 2]));
 }
